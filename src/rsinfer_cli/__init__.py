@@ -1,0 +1,3 @@
+"""rsinfer: embeddings, rerankers, PII redaction and NLI classification on ONNX Runtime."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The Typer command-line front; heavy imports live inside command bodies."""

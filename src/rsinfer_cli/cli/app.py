@@ -1,0 +1,122 @@
+"""The `rsinfer` command: the root Typer app and the ONE table from error to message and exit code."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import sys
+
+import typer
+
+from .. import __version__
+from ..errors import (
+    ConfigError,
+    HubError,
+    InferenceError,
+    InputError,
+    ModelLoadError,
+    ModelNotFound,
+    PoolTimeout,
+    RsinferError,
+    Saturated,
+)
+from . import download, inspect
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes (listed in the man page)."""
+
+    OK = 0
+    ERROR = 1        # an unexpected internal error (a bug: please report it)
+    USAGE = 2        # bad command-line options or config file
+    INPUT = 3        # bad input data (a JSONL line, a text over max_len, ...)
+    HUB = 4          # the Hub or a model folder could not provide the model files
+    MODEL = 5        # a model could not be loaded or run
+    BUSY = 6         # the model's queue was full or the wait too long
+    INTERRUPTED = 130
+
+
+EXIT_CODES: dict[type[BaseException], ExitCode] = {
+    ConfigError: ExitCode.USAGE,
+    ModelNotFound: ExitCode.USAGE,
+    InputError: ExitCode.INPUT,
+    HubError: ExitCode.HUB,
+    ModelLoadError: ExitCode.MODEL,
+    InferenceError: ExitCode.MODEL,
+    Saturated: ExitCode.BUSY,
+    PoolTimeout: ExitCode.BUSY,
+    RsinferError: ExitCode.ERROR,
+}
+
+
+def exit_code_for(exc: BaseException) -> ExitCode:
+    for klass in type(exc).__mro__:
+        if klass in EXIT_CODES:
+            return EXIT_CODES[klass]
+    return ExitCode.ERROR
+
+
+app = typer.Typer(
+    name="rsinfer",
+    help="Serve and run embeddings, rerankers, PII redaction and NLI classification on ONNX Runtime.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"rsinfer {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Serve and run embeddings, rerankers, PII redaction and NLI classification on ONNX Runtime.
+
+    Exit codes: 0 ok, 1 internal error, 2 usage or config error, 3 bad input data, 4 model files
+    unavailable (Hub or folder), 5 model load or inference failure, 6 model busy, 130 interrupted.
+    """
+
+
+app.command("download", help=download.__doc__)(download.download_cmd)
+app.command("inspect", help=inspect.__doc__)(inspect.inspect_cmd)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import click
+
+    logging.basicConfig(level=os.environ.get("RSINFER_LOG_LEVEL", "WARNING").upper(),
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        code = app(args=argv, prog_name="rsinfer", standalone_mode=False)
+    except RsinferError as exc:
+        if os.environ.get("RSINFER_DEBUG"):
+            raise
+        typer.echo(f"rsinfer: error: {exc}", err=True)
+        sys.exit(exit_code_for(exc))
+    except click.exceptions.Abort:
+        typer.echo("rsinfer: interrupted", err=True)
+        sys.exit(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt:
+        typer.echo("rsinfer: interrupted", err=True)
+        sys.exit(ExitCode.INTERRUPTED)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (`| head`): not an error of ours
+        sys.exit(ExitCode.OK)
+    except Exception as exc:
+        if os.environ.get("RSINFER_DEBUG"):
+            raise
+        typer.echo(f"rsinfer: internal error: {type(exc).__name__}: {exc} "
+                   "(set RSINFER_DEBUG=1 for the traceback)", err=True)
+        sys.exit(ExitCode.ERROR)
+    sys.exit(code if isinstance(code, int) else ExitCode.OK)

@@ -1,0 +1,85 @@
+"""Options shared by the commands that load one model: `NAME --config FILE` or `--path DIR` / `--hf REPO`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..errors import ConfigError
+
+CONFIG_OPT = typer.Option(None, "--config", "-c", help="YAML config file (also $RSINFER_CONFIG).",
+                          envvar="RSINFER_CONFIG", show_envvar=False)
+PATH_OPT = typer.Option(None, "--path", help="Model folder (a Hub-repo layout or `rsinfer download` output).")
+HF_OPT = typer.Option(None, "--hf", help="Hugging Face repo id.")
+REVISION_OPT = typer.Option("main", "--revision", help="Branch, tag or commit (with --hf).")
+FILE_OPT = typer.Option(None, "--file", help="Pin the graph file, e.g. onnx/model_fp16.onnx.")
+SUBFOLDER_OPT = typer.Option(None, "--subfolder", help="Extra folder to search for the graph and aux files.")
+TOKENIZER_HF_OPT = typer.Option(None, "--tokenizer-hf", help="Repo that holds tokenizer.json when the model's lacks it.")
+DTYPE_OPT = typer.Option("auto", "--dtype", help="Graph precision preference: auto, fp32, fp16 or int8.")
+JSON_OPT = typer.Option(False, "--json", help="Print JSON for programs instead of a table.")
+
+
+def model_from_options(*, name: str | None, config: Path | None, path: Path | None, hf: str | None,
+                       revision: str = "main", file: str | None = None, subfolder: str | None = None,
+                       tokenizer_hf: str | None = None, dtype: str = "auto", kind: str | None = None,
+                       replicas: int | None = None) -> tuple[Any, Any]:
+    """(ModelConfig, ServerConfig) from a config entry or from a folder / repo given directly."""
+    import dataclasses
+
+    from ..config import ModelConfig, ServerConfig, load_config, normalize_dtype
+
+    given = [x for x in (path, hf) if x is not None]
+    if len(given) > 1:
+        raise ConfigError("give either --path or --hf, not both")
+    if given and name:
+        raise ConfigError(f"give either a model name with --config, or --path/--hf (got '{name}' and a source)")
+    if not given:
+        if config is None:
+            raise ConfigError("say which model: NAME --config FILE, --path DIR or --hf REPO")
+        cfg = load_config(config)
+        if name is None:
+            if len(cfg.models) != 1:
+                raise ConfigError(f"{config}: several models are configured "
+                                  f"({', '.join(m.name for m in cfg.models)}); name one")
+            model = cfg.models[0]
+        else:
+            model = cfg.model(name)
+        if replicas is not None:
+            model = dataclasses.replace(model, replicas=replicas)
+        return model, cfg.server
+    try:
+        dtype = normalize_dtype(dtype)
+    except ValueError as exc:
+        raise ConfigError(f"--dtype: {exc}") from None
+    src = str(path) if path is not None else hf
+    label = Path(src).name if path is not None else hf.rsplit("/", 1)[-1]
+    model = ModelConfig(name=label or "model", kind=kind or "embedding", path=str(path) if path else None,
+                        hf=hf, revision=revision, file=file, subfolder=subfolder, tokenizer_hf=tokenizer_hf,
+                        dtype=dtype, replicas=replicas or 1)
+    return model, ServerConfig()
+
+
+def guess_kind(hf_config: dict[str, Any]) -> tuple[str, str]:
+    """The pipeline a model folder is for, from config.json `architectures` (for --path/--hf without --kind)."""
+    arch = " ".join(hf_config.get("architectures") or [])
+    labels = " ".join(str(v).lower() for v in (hf_config.get("id2label") or {}).values())
+    if "ForTokenClassification" in arch:
+        return "pii", f"config.json architectures: {arch}"
+    if "ForSequenceClassification" in arch:
+        if "entail" in labels:
+            return "zeroshot", f"config.json architectures: {arch}; id2label has entailment"
+        return "rerank", f"config.json architectures: {arch}"
+    return "embedding", f"config.json architectures: {arch or 'none'}"
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"

@@ -1,0 +1,344 @@
+"""YAML config → frozen, validated dataclasses; every mistake names the file and the key path."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+KINDS = ("embedding", "rerank", "zeroshot", "pii", "tensor")
+EPS = ("cpu", "cuda", "tensorrt", "nvrtx", "coreml", "openvino", "directml")
+DTYPE_ALIASES = {
+    "auto": "auto",
+    "fp32": "fp32", "f32": "fp32", "float32": "fp32",
+    "fp16": "fp16", "f16": "fp16", "half": "fp16", "float16": "fp16",
+    "int8": "int8", "q8": "int8", "quantized": "int8",
+}
+
+
+def _opt(default: Any = None, **meta: Any) -> Any:
+    """A field with validation metadata: gt/ge (bounds), choices, aliases, doc."""
+    if isinstance(default, (list, dict)):
+        raise TypeError("use tuples for defaults")
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    enabled: bool = True
+    max_rows: int = _opt(64, gt=0)
+    max_tokens: int = _opt(8192, gt=0)
+    queue_rows: int = _opt(1024, gt=0)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    bind: str = "127.0.0.1:8080"
+    max_body_mb: float = _opt(32, gt=0)
+    request_timeout_ms: int = _opt(120_000, gt=0)
+    max_queue: int = _opt(256, ge=0)
+    queue_timeout_ms: int = _opt(30_000, gt=0)
+    hf_cache_dir: str | None = None
+    threads: int = _opt(0, ge=0)
+    api_keys: tuple[str, ...] = ()
+    max_rerank_documents: int = _opt(1000, gt=0)
+    max_candidate_labels: int = _opt(64, gt=0)
+    pii_hash_salt: str | None = None
+
+    @property
+    def host(self) -> str:
+        return split_bind(self.bind)[0]
+
+    @property
+    def port(self) -> int:
+        return split_bind(self.bind)[1]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    kind: str = field(metadata={"choices": KINDS})
+    hf: str | None = None
+    path: str | None = None
+    revision: str = "main"
+    subfolder: str | None = None
+    file: str | None = None
+    tokenizer_hf: str | None = None
+    dtype: str = _opt("auto", aliases=DTYPE_ALIASES)
+    max_len: int | None = _opt(None, gt=0)
+    truncate: bool = True
+    default: bool = False
+    replicas: int = _opt(2, ge=1)
+    max_batch: int = _opt(32, ge=1)
+    eps: tuple[str, ...] = _opt(("cpu",), choices=EPS)
+    intra_threads: int = _opt(0, ge=0)
+    device_id: int = _opt(0, ge=0)
+    trt_engine_cache: str | None = None
+    coreml_compute_units: str = _opt("all", choices=("all", "cpu_and_gpu", "cpu_and_ne", "cpu_only"))
+    openvino_device: str = "CPU"
+    ort_log_level: str = _opt("warn", choices=("verbose", "info", "warn", "warning", "error", "fatal"))
+    # embedding
+    pooling: str = _opt("auto", choices=("auto", "cls", "mean", "last"))
+    normalize: bool = True
+    dimensions: int | None = _opt(None, gt=0)
+    pooling_in_graph: bool | None = None
+    # rerank
+    scoring: str = _opt("auto", choices=("auto", "logit", "sigmoid", "softmax", "yes_no"))
+    # zeroshot / true-false
+    hypothesis_template: str = "The text is about {label}."
+    entailment_label: str = "entailment"
+    contradiction_label: str = "contradiction"
+    zeroshot_scoring: str = _opt("hf", choices=("hf", "nli_margin"))
+    # pii
+    threshold: float = _opt(0.5, ge=0, le=1)
+    pii_hash_salt: str | None = None
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+
+    @property
+    def source(self) -> str:
+        return f"hf:{self.hf}@{self.revision}" if self.hf else f"path:{self.path}"
+
+
+@dataclass(frozen=True)
+class Config:
+    models: tuple[ModelConfig, ...]
+    server: ServerConfig = field(default_factory=ServerConfig)
+    file: str = field(default="<config>", metadata={"internal": True})
+
+    def model(self, name: str) -> ModelConfig:
+        for m in self.models:
+            if m.name == name:
+                return m
+        names = ", ".join(m.name for m in self.models)
+        raise ConfigError(f"{self.file}: no model named '{name}' (configured: {names})")
+
+    def hf_cache_dir(self) -> Path:
+        """Where Hub files land: `server.hf_cache_dir`/hf, else $HF_HUB_CACHE, $HF_HOME/hub, the default."""
+        return hub_cache_dir(self.server.hf_cache_dir)
+
+
+def hub_cache_dir(configured: str | None = None) -> Path:
+    if configured:
+        return Path(configured).expanduser() / "hf"
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def split_bind(bind: str) -> tuple[str, int]:
+    host, sep, port = bind.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"must be host:port (e.g. 127.0.0.1:8080), got {bind!r}")
+    return host.strip("[]"), int(port)
+
+
+def normalize_dtype(value: str) -> str:
+    try:
+        return DTYPE_ALIASES[value.lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype '{value}' (auto|fp32|fp16|int8)") from None
+
+
+# ---------------------------------------------------------------- loading
+
+
+class _Errors:
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.items: list[str] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.items.append(f"{self.file}: {path}: {message}" if path else f"{self.file}: {message}")
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            head = self.items[0] if len(self.items) == 1 else \
+                f"{len(self.items)} errors in config:\n  " + "\n  ".join(self.items)
+            raise ConfigError(head)
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+
+
+def _convert(tp: Any, value: Any, path: str, meta: dict, errs: _Errors) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(args[0], value, path, meta, errs)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path, errs)
+    if origin is tuple:
+        (inner, _) = typing.get_args(tp)
+        if isinstance(value, str) or not isinstance(value, list):
+            errs.add(path, f"expected a list, got {_type_name(value)}")
+            return None
+        items = []
+        for i, item in enumerate(value):
+            conv = _convert(inner, item, f"{path}[{i}]", meta, errs)
+            if conv is not None:
+                items.append(conv)
+        if "choices" in meta:
+            seen: set = set()
+            for i, item in enumerate(items):
+                if item in seen:
+                    errs.add(f"{path}[{i}]", f"duplicate entry '{item}'")
+                seen.add(item)
+        return tuple(items)
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }[tp]
+    if not ok:
+        want = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string"}[tp]
+        errs.add(path, f"expected {want}, got {_type_name(value)} {value!r}")
+        return None
+    if tp is float:
+        value = float(value)
+    if "aliases" in meta:
+        canon = meta["aliases"].get(str(value).lower())
+        if canon is None:
+            choices = "|".join(dict.fromkeys(meta["aliases"].values()))
+            errs.add(path, f"must be one of {choices}, got {value!r}")
+            return None
+        value = canon
+    if "choices" in meta and value not in meta["choices"]:
+        close = difflib.get_close_matches(str(value), meta["choices"], n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        errs.add(path, f"must be one of {', '.join(meta['choices'])}, got {value!r}{hint}")
+        return None
+    for key, op, text in (("gt", lambda a, b: a > b, ">"), ("ge", lambda a, b: a >= b, ">="),
+                          ("le", lambda a, b: a <= b, "<=")):
+        if key in meta and not op(value, meta[key]):
+            errs.add(path, f"must be {text} {meta[key]}, got {value!r}")
+            return None
+    return value
+
+
+def _build(cls: type, data: Any, path: str, errs: _Errors) -> Any:
+    if not isinstance(data, dict):
+        errs.add(path or "(top level)", f"expected a mapping, got {_type_name(data)}")
+        return None
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(fields)})"
+            errs.add(where, f"unknown key{hint}")
+            continue
+        conv = _convert(hints[key], value, where, dict(fields[key].metadata), errs)
+        if conv is not None or value is None:
+            kwargs[key] = conv
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in kwargs and name not in data:
+            errs.add(f"{path}.{name}" if path else name, "required key is missing")
+        if kwargs.get(name, 0) is None and f.default is not None and not _optional(hints[name]):
+            errs.add(f"{path}.{name}" if path else name, "must not be null")
+            kwargs.pop(name)
+    try:
+        return cls(**kwargs)
+    except TypeError:
+        return None  # already reported: a required key is missing
+
+
+def _optional(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+
+
+def _check_models(cfg_models: list, errs: _Errors) -> None:
+    names: dict[str, int] = {}
+    for i, m in enumerate(cfg_models):
+        if m is None:
+            continue
+        where = f"models[{i}]"
+        if (m.hf is None) == (m.path is None):
+            both = "both are set" if m.hf else "neither is set"
+            errs.add(where, f"model '{m.name}': exactly one of `hf` or `path` must be set ({both})")
+        if not m.name or not m.name.strip():
+            errs.add(f"{where}.name", "must not be empty")
+        elif m.name in names:
+            errs.add(f"{where}.name", f"duplicate model name '{m.name}' (also models[{names[m.name]}])")
+        else:
+            names[m.name] = i
+        tpl = m.hypothesis_template
+        if "{label}" not in tpl and "{}" not in tpl:
+            errs.add(f"{where}.hypothesis_template", f"must contain {{label}} or {{}}, got {tpl!r}")
+
+
+def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None) -> Config:
+    """Validate an already-parsed YAML document."""
+    errs = _Errors(file)
+    if not isinstance(data, dict):
+        errs.add("", f"expected a mapping with `models:` at the top level, got {_type_name(data)}")
+        errs.raise_if_any()
+    for key in data:
+        if key not in ("server", "models"):
+            close = difflib.get_close_matches(str(key), ["server", "models"], n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else " (allowed: server, models)"
+            errs.add(str(key), f"unknown key{hint}")
+    server = _build(ServerConfig, data.get("server") or {}, "server", errs) or ServerConfig()
+    if server.bind:
+        try:
+            split_bind(server.bind)
+        except ValueError as exc:
+            errs.add("server.bind", str(exc))
+    raw_models = data.get("models")
+    models: list = []
+    if raw_models is None:
+        errs.add("models", "required key is missing (a list of models to serve)")
+    elif not isinstance(raw_models, list):
+        errs.add("models", f"expected a list, got {_type_name(raw_models)}")
+    elif not raw_models:
+        errs.add("models", "config has no models")
+    else:
+        for i, raw in enumerate(raw_models):
+            m = _build(ModelConfig, raw, f"models[{i}]", errs)
+            if m is not None and m.path and base_dir is not None and not os.path.isabs(m.path):
+                m = dataclasses.replace(m, path=str((base_dir / m.path)))
+            models.append(m)
+        _check_models(models, errs)
+    errs.raise_if_any()
+    return Config(models=tuple(models), server=server, file=file)
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    """Read and validate a YAML config. Relative `path:` entries are relative to the config file."""
+    import yaml
+
+    p = Path(path)
+    if p.suffix.lower() == ".toml":
+        raise ConfigError(f"{p}: TOML configs are not supported; convert it to YAML")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read config: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{p}: {where}invalid YAML: {problem}") from exc
+    return parse_config(data, file=str(p), base_dir=p.resolve().parent)

@@ -1,0 +1,152 @@
+"""Tokenizer → graph feeds: text encoding with visible truncation, dynamic padding, derived inputs."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, ModelLoadError, TokenizeError
+from .session import GraphInfo, TensorInfo
+
+FILLABLE = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "past_key_values.*")
+PAD_TOKENS = ("[PAD]", "<pad>", "<|endoftext|>", "<|pad|>")
+
+
+@dataclass
+class Encoded:
+    """Token rows of one batch of texts (or text pairs), before padding."""
+
+    ids: list[list[int]]
+    type_ids: list[list[int]] | None
+    truncated: int = 0                       # rows that lost tokens to max_len
+    offsets: list[list[tuple[int, int]]] | None = None
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(r) for r in self.ids]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(r) for r in self.ids)
+
+
+class TextEncoder:
+    """A `tokenizer.json` with its presets cleared and rsinfer's own `max_len` applied."""
+
+    def __init__(self, path: Path, max_len: int | None, *, truncate: bool = True, model: str = "") -> None:
+        from tokenizers import Tokenizer
+
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # ORT owns the cores
+        try:
+            self._base = Tokenizer.from_file(str(path))
+        except Exception as exc:  # noqa: BLE001
+            raise ModelLoadError(f"cannot read tokenizer {path}: {exc}", model=model or None) from exc
+        self._base.no_padding()
+        self._base.no_truncation()
+        self.max_len = max_len
+        self.truncate = truncate
+        self.model = model
+        self._variants: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+        self.pad_id = next((i for t in PAD_TOKENS if (i := self._base.token_to_id(t)) is not None), 0)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._base
+
+    def _variant(self, strategy: str, direction: str) -> Any:
+        key = (strategy, direction)
+        tok = self._variants.get(key)
+        if tok is None:
+            from tokenizers import Tokenizer
+
+            with self._lock:
+                tok = self._variants.get(key)
+                if tok is None:
+                    tok = Tokenizer.from_str(self._base.to_str())
+                    if self.max_len:
+                        tok.enable_truncation(self.max_len, strategy=strategy, direction=direction)
+                    self._variants[key] = tok
+        return tok
+
+    def token_id(self, token: str) -> int | None:
+        return self._base.token_to_id(token)
+
+    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *,
+               strategy: str = "longest_first", direction: str = "right", truncate: bool | None = None,
+               add_special_tokens: bool = True, offsets: bool = False, param: str = "input") -> Encoded:
+        """Encode texts (or text pairs); over-length rows are cut at max_len, or refused when truncate is off."""
+        tok = self._variant(strategy, direction)
+        batch = list(zip(texts, pairs)) if pairs is not None else list(texts)
+        try:
+            encs = tok.encode_batch(batch, add_special_tokens=add_special_tokens)
+        except Exception as exc:  # noqa: BLE001 - the tokenizer raises untyped errors
+            raise TokenizeError(f"the tokenizer rejected the input: {exc}", param=param,
+                                model=self.model or None) from exc
+        cut = [i for i, e in enumerate(encs) if e.overflowing]
+        if cut and not (self.truncate if truncate is None else truncate):
+            i = cut[0]
+            full = len(self._base.encode(*((batch[i],) if pairs is None else batch[i]),
+                                         add_special_tokens=add_special_tokens).ids)
+            raise InputError(f"{param}[{i}] has {full} tokens but max_len is {self.max_len}; "
+                             "shorten it or allow truncation (truncate: true)", param=f"{param}[{i}]",
+                             model=self.model or None)
+        return Encoded(ids=[e.ids for e in encs], type_ids=[e.type_ids for e in encs], truncated=len(cut),
+                       offsets=[e.offsets for e in encs] if offsets else None)
+
+
+class FeedBuilder:
+    """Builds the graph's inputs from token rows; checks at load time that every input can be filled."""
+
+    def __init__(self, graph: GraphInfo, model: str = "") -> None:
+        self.model = model
+        self.inputs = {t.name: t for t in graph.inputs}
+        self.past: list[TensorInfo] = []
+        names = ", ".join(f"{t.name} ({t.dtype})" for t in graph.inputs)
+        for t in graph.inputs:
+            if t.name.startswith("past_key_values."):
+                if len(t.shape) != 4 or not all(isinstance(d, int) for d in (t.shape[1], t.shape[3])):
+                    raise ModelLoadError(
+                        f"model '{model}': cache input '{t.name}' has shape {list(t.shape)}; need "
+                        "[batch, kv_heads, past, head_dim] with fixed kv_heads and head_dim", model=model)
+                self.past.append(t)
+            elif t.name not in FILLABLE:
+                raise ModelLoadError(
+                    f"model '{model}': graph input '{t.name}' cannot be filled; the graph's inputs are "
+                    f"{names}; rsinfer fills {', '.join(FILLABLE)}", model=model)
+        if "input_ids" not in self.inputs:
+            raise ModelLoadError(f"model '{model}': the graph has no `input_ids` input (inputs: {names})",
+                                 model=model)
+
+    def build(self, ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None = None,
+              pad_id: int = 0) -> dict[str, Any]:
+        """Right-pad to the longest row of the batch; derive mask, positions and an empty KV cache."""
+        import numpy as np
+
+        rows = len(ids)
+        width = max((len(r) for r in ids), default=0) or 1
+        dtype = self.inputs["input_ids"].dtype
+        input_ids = np.full((rows, width), pad_id, dtype=dtype)
+        mask = np.zeros((rows, width), dtype=np.int64)
+        types = np.zeros((rows, width), dtype=np.int64) if "token_type_ids" in self.inputs else None
+        for i, row in enumerate(ids):
+            n = len(row)
+            input_ids[i, :n] = row
+            mask[i, :n] = 1
+            if types is not None and type_ids is not None:
+                types[i, :n] = type_ids[i]
+        feeds: dict[str, Any] = {"input_ids": input_ids}
+        if "attention_mask" in self.inputs:
+            feeds["attention_mask"] = mask.astype(self.inputs["attention_mask"].dtype, copy=False)
+        if types is not None:
+            feeds["token_type_ids"] = types.astype(self.inputs["token_type_ids"].dtype, copy=False)
+        if "position_ids" in self.inputs:
+            pos = np.where(mask == 1, np.cumsum(mask, axis=1) - 1, 1)
+            feeds["position_ids"] = pos.astype(self.inputs["position_ids"].dtype, copy=False)
+        for t in self.past:
+            feeds[t.name] = np.zeros((rows, t.shape[1], 0, t.shape[3]), dtype=t.dtype)
+        return feeds

@@ -1,0 +1,151 @@
+"""One loaded model: resolved files + tokenizer + session pool + feed builder, and how it was built."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import ModelConfig, ServerConfig
+from ..errors import InferenceError, ModelLoadError
+from ..hub import ModelSource, ResolvedModel, resolve
+from .inputs import FeedBuilder, TextEncoder
+from .pool import SessionPool
+from .session import EpPlan, GraphInfo, actual_providers, build_session, graph_info, plan_eps
+
+log = logging.getLogger("rsinfer.engine")
+
+# position-embedding offsets of families whose max_position_embeddings counts padding slots
+_POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "bart": 2, "longformer": 2}
+
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _read_json(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc}") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def effective_max_len(cfg_max_len: int | None, aux: dict[str, dict]) -> tuple[int | None, str]:
+    """`max_len`, else the sentence-transformers limit, the tokenizer's, the position table's — the smallest
+    known limit, so that an over-length row never reaches the graph."""
+    if cfg_max_len:
+        return cfg_max_len, "max_len in config"
+    found: list[tuple[int, str]] = []
+    st = aux.get("sentence_bert_config.json", {}).get("max_seq_length")
+    if isinstance(st, int) and st > 0:
+        return st, "sentence_bert_config.json max_seq_length"
+    tk = aux.get("tokenizer_config.json", {}).get("model_max_length")
+    if isinstance(tk, (int, float)) and 0 < tk < 1_000_000:
+        found.append((int(tk), "tokenizer_config.json model_max_length"))
+    hf = aux.get("config.json", {})
+    pos = hf.get("max_position_embeddings")
+    if isinstance(pos, int) and pos > 0:
+        found.append((pos - _POSITION_OFFSET.get(hf.get("model_type", ""), 0),
+                      "config.json max_position_embeddings"))
+    if not found:
+        return None, "no limit known"
+    return min(found)
+
+
+@dataclass
+class LoadedModel:
+    config: ModelConfig
+    resolved: ResolvedModel
+    pool: SessionPool
+    graph: GraphInfo
+    feeds: FeedBuilder
+    encoder: TextEncoder
+    eps: EpPlan
+    providers: list[str]
+    max_len: int | None
+    max_len_source: str
+    aux: dict[str, dict] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def kind(self) -> str:
+        return self.config.kind
+
+    @property
+    def hf_config(self) -> dict[str, Any]:
+        return self.aux.get("config.json", {})
+
+    def run(self, output_names: list[str] | None, feeds: dict[str, Any], timeout_s: float | None = None) -> list:
+        """One forward on a free replica (waits per the pool's budget)."""
+        with self.pool.acquire(timeout_s) as session:
+            try:
+                return session.run(output_names, feeds)
+            except Exception as exc:  # noqa: BLE001 - ORT raises untyped errors
+                raise InferenceError(f"inference failed for model '{self.name}': {exc}", model=self.name) from exc
+
+    def card(self) -> dict[str, Any]:
+        """What the model is and how it runs, for /v1/models, `inspect` and logs."""
+        return {
+            "name": self.name, "kind": self.kind, "source": self.resolved.source,
+            "provenance": self.resolved.provenance(), "graph_file": self.resolved.graph_file,
+            "graph_reason": self.resolved.graph_reason, "dtype": self.config.dtype,
+            "execution_providers": self.providers, "eps_requested": list(self.eps.requested),
+            "eps_skipped": [{"ep": ep, "reason": why} for ep, why in self.eps.skipped],
+            "replicas": self.pool.size, "max_len": self.max_len, "max_len_source": self.max_len_source,
+            "default": self.config.default,
+        }
+
+
+def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: Path | None = None,
+               progress: Any = None) -> LoadedModel:
+    """Resolve, build `replicas` sessions, and check at load time that every graph input can be filled."""
+    server = server or ServerConfig()
+    t0 = time.perf_counter()
+    resolved = resolve(ModelSource.of(cfg), cache_dir, progress)
+    t_resolve = time.perf_counter() - t0
+    aux = {name: _read_json(path) for name, path in resolved.aux.items() if name.endswith(".json")
+           and name != "tokenizer.json"}
+    max_len, max_len_source = effective_max_len(cfg.max_len, aux)
+    plan = plan_eps(cfg)
+    for ep, why in plan.skipped:
+        log.warning("model %s: execution provider %s skipped: %s", cfg.name, ep, why)
+    rss0 = rss_bytes()
+    t1 = time.perf_counter()
+    sessions = [build_session(resolved.graph_path, cfg, plan, server.threads) for _ in range(cfg.replicas)]
+    t_build = time.perf_counter() - t1
+    rss_delta = rss_bytes() - rss0
+    graph = graph_info(sessions[0])
+    feeds = FeedBuilder(graph, cfg.name)
+    encoder = TextEncoder(resolved.tokenizer_path, max_len, truncate=cfg.truncate, model=cfg.name)
+    size = resolved.graph_path.stat().st_size + sum(
+        (resolved.graph_path.parent / Path(rel).name).stat().st_size for rel in resolved.external_data)
+    pool = SessionPool(sessions, max_queue=server.max_queue, queue_timeout_s=server.queue_timeout_ms / 1000,
+                       name=cfg.name)
+    stats = {"file_bytes": size, "resolve_s": round(t_resolve, 3), "build_s": round(t_build, 3),
+             "rss_delta_bytes": rss_delta}
+    model = LoadedModel(config=cfg, resolved=resolved, pool=pool, graph=graph, feeds=feeds, encoder=encoder,
+                        eps=plan, providers=actual_providers(sessions[0]), max_len=max_len,
+                        max_len_source=max_len_source, aux=aux, stats=stats)
+    log.info("model %s loaded: %s (%s), %.1f MiB, %d replica(s) built in %.2fs, RSS +%.1f MiB, EPs %s",
+             cfg.name, resolved.graph_file, resolved.source, size / 2**20, cfg.replicas, t_build,
+             rss_delta / 2**20, ",".join(model.providers))
+    return model

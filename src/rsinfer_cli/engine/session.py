@@ -1,0 +1,132 @@
+"""ONNX Runtime sessions: execution providers resolved against the installed wheel, options, graph info."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import ModelConfig
+from ..errors import ModelLoadError
+
+log = logging.getLogger("rsinfer.engine")
+
+PROVIDERS = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "nvrtx": "NvTensorRTRTXExecutionProvider",
+    "coreml": "CoreMLExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "directml": "DmlExecutionProvider",
+}
+SHORT = {v: k for k, v in PROVIDERS.items()}
+LOG_LEVELS = {"verbose": 0, "info": 1, "warn": 2, "warning": 2, "error": 3, "fatal": 4}
+COREML_UNITS = {"all": "ALL", "cpu_and_gpu": "CPUAndGPU", "cpu_and_ne": "CPUAndNeuralEngine",
+                "cpu_only": "CPUOnly"}
+
+
+def available_providers() -> list[str]:
+    import onnxruntime as ort
+
+    return list(ort.get_available_providers())
+
+
+@dataclass(frozen=True)
+class EpPlan:
+    requested: tuple[str, ...]
+    resolved: tuple[str, ...]                          # short names, CPU last
+    skipped: tuple[tuple[str, str], ...] = ()          # (ep, why)
+    options: tuple[dict[str, Any], ...] = field(default=())
+
+
+def provider_options(ep: str, cfg: ModelConfig) -> dict[str, Any]:
+    if ep in ("cuda", "directml"):
+        return {"device_id": cfg.device_id}
+    if ep in ("tensorrt", "nvrtx"):
+        opts: dict[str, Any] = {"device_id": cfg.device_id}
+        if cfg.trt_engine_cache:
+            opts.update(trt_engine_cache_enable=True, trt_engine_cache_path=cfg.trt_engine_cache,
+                        trt_timing_cache_enable=True, trt_timing_cache_path=cfg.trt_engine_cache)
+        return opts
+    if ep == "coreml":
+        return {"MLComputeUnits": COREML_UNITS[cfg.coreml_compute_units]}
+    if ep == "openvino":
+        return {"device_type": cfg.openvino_device}
+    return {}
+
+
+def plan_eps(cfg: ModelConfig, available: list[str] | None = None) -> EpPlan:
+    """Resolve the configured EP priority list against the installed providers; CPU always last."""
+    avail = available if available is not None else available_providers()
+    resolved, skipped = [], []
+    for ep in cfg.eps:
+        if ep == "cpu":
+            continue
+        if PROVIDERS[ep] in avail:
+            resolved.append(ep)
+        else:
+            skipped.append((ep, f"{PROVIDERS[ep]} is not in this onnxruntime build "
+                                f"(available: {', '.join(SHORT.get(a, a) for a in avail)})"))
+    resolved.append("cpu")
+    return EpPlan(requested=tuple(cfg.eps), resolved=tuple(resolved), skipped=tuple(skipped),
+                  options=tuple(provider_options(ep, cfg) for ep in resolved))
+
+
+def session_options(cfg: ModelConfig, threads: int = 0) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = LOG_LEVELS[cfg.ort_log_level]
+    so.intra_op_num_threads = cfg.intra_threads or threads  # 0 = ORT's default: all cores
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return so
+
+
+def build_session(graph: Path, cfg: ModelConfig, plan: EpPlan, threads: int = 0) -> Any:
+    import onnxruntime as ort
+
+    providers = [(PROVIDERS[ep], opts) for ep, opts in zip(plan.resolved, plan.options)]
+    try:
+        return ort.InferenceSession(str(graph), sess_options=session_options(cfg, threads), providers=providers)
+    except Exception as exc:  # noqa: BLE001 - ORT raises its own untyped errors
+        raise ModelLoadError(f"onnxruntime cannot load {graph}: {exc}", model=cfg.name) from exc
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str                       # numpy-style: int64, float32, …
+    shape: tuple[int | str | None, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
+class GraphInfo:
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+
+    def output(self, name: str) -> TensorInfo | None:
+        return next((o for o in self.outputs if o.name == name), None)
+
+
+_ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+              "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int16)": "int16",
+              "tensor(int8)": "int8", "tensor(uint8)": "uint8", "tensor(uint16)": "uint16",
+              "tensor(uint32)": "uint32", "tensor(uint64)": "uint64", "tensor(bool)": "bool",
+              "tensor(string)": "string", "tensor(bfloat16)": "bfloat16"}
+
+
+def graph_info(session: Any) -> GraphInfo:
+    def conv(args: list) -> tuple[TensorInfo, ...]:
+        return tuple(TensorInfo(a.name, _ORT_TYPES.get(a.type, a.type), tuple(a.shape)) for a in args)
+
+    return GraphInfo(conv(session.get_inputs()), conv(session.get_outputs()))
+
+
+def actual_providers(session: Any) -> list[str]:
+    return [SHORT.get(p, p) for p in session.get_providers()]

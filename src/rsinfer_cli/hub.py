@@ -1,0 +1,395 @@
+"""`hf:` / `path:` sources → ResolvedModel (local files + provenance); `download` materialises a folder.
+
+All Hub traffic goes through huggingface_hub. The environment (HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE,
+HF_HOME) is read when a model is resolved, never at import time.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+
+from .config import hub_cache_dir, normalize_dtype
+from .errors import ConfigError, HubError, RepoAccessError
+
+log = logging.getLogger("rsinfer.hub")
+
+DEFAULT_GRAPHS = (
+    "model.onnx", "model_fp16.onnx", "model_quantized.onnx", "model_q4f16.onnx", "model_q4.onnx",
+    "model_int8.onnx", "model_uint8.onnx", "model_bnb4.onnx",
+)
+DTYPE_FIRST = {
+    "auto": (),
+    "fp32": ("model.onnx",),
+    "fp16": ("model_fp16.onnx", "model.onnx"),
+    "int8": ("model_int8.onnx", "model_int8_static.onnx", "model_quantized.onnx", "model.onnx"),
+}
+AUX_FILES = ("tokenizer.json", "config.json", "tokenizer_config.json", "sentence_bert_config.json",
+             "1_Pooling/config.json", "special_tokens_map.json")
+PROVENANCE_FILE = "rsinfer-source.json"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """What to resolve: the source keys of a model entry (or of `download` / `inspect` options)."""
+
+    hf: str | None = None
+    path: str | None = None
+    revision: str = "main"
+    subfolder: str | None = None
+    file: str | None = None
+    tokenizer_hf: str | None = None
+    dtype: str = "auto"
+
+    @classmethod
+    def of(cls, model: Any) -> ModelSource:
+        return cls(hf=model.hf, path=model.path, revision=model.revision, subfolder=model.subfolder,
+                   file=model.file, tokenizer_hf=model.tokenizer_hf, dtype=model.dtype)
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Local files of one model plus where they came from."""
+
+    source: str                      # hf:<repo>@<rev>[+aux:<repo>] | path:<dir>
+    graph_file: str                  # repo-relative path of the chosen graph
+    graph_path: Path                 # local path ORT loads (external data beside it)
+    graph_reason: str                # why this graph was chosen
+    candidates: tuple[str, ...]      # the preference order that was applied
+    external_data: tuple[str, ...]   # repo-relative sibling weight files
+    tokenizer_path: Path
+    aux: dict[str, Path] = field(default_factory=dict)        # aux name → local path
+    aux_origin: dict[str, str] = field(default_factory=dict)  # aux name → "<source>:<rel>"
+    repo: str | None = None
+    revision: str | None = None
+    commit: str | None = None
+    local_dir: Path | None = None
+    origin: dict[str, Any] | None = None  # provenance recorded by `rsinfer download`
+
+    def provenance(self) -> dict[str, Any]:
+        out = {"source": self.source, "repo": self.repo, "revision": self.revision, "commit": self.commit,
+               "file": self.graph_file, "local_path": str(self.graph_path), "reason": self.graph_reason}
+        if self.origin:
+            out["downloaded_from"] = self.origin
+        return out
+
+
+class Progress(Protocol):
+    def start(self, name: str, total: int | None) -> None: ...
+    def advance(self, name: str, n: int) -> None: ...
+    def done(self, name: str) -> None: ...
+
+
+# ---------------------------------------------------------------- sources
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _safe_rel(rel: str) -> str:
+    """A repo-relative file name that stays inside its folder, else HubError."""
+    p = PurePosixPath(rel.replace("\\", "/"))
+    if not rel or p.is_absolute() or ".." in p.parts or any(":" in part for part in p.parts[:1]):
+        raise HubError(f"refusing file name {rel!r}: it would escape the target folder")
+    return p.as_posix()
+
+
+class _Files:
+    """A listing of one source's files and a way to get each one locally."""
+
+    label: str
+    files: frozenset[str]
+
+    def fetch(self, rel: str) -> Path:
+        raise NotImplementedError
+
+
+class _LocalFiles(_Files):
+    def __init__(self, root: Path, label: str) -> None:
+        self.root = root
+        self.label = label
+        self.files = frozenset(p.relative_to(root).as_posix() for p in root.rglob("*")
+                               if p.is_file() and ".cache" not in p.relative_to(root).parts)
+
+    def fetch(self, rel: str) -> Path:
+        return self.root / rel
+
+
+class _HubFiles(_Files):
+    def __init__(self, repo: str, revision: str, cache_dir: Path, progress: Progress | None = None) -> None:
+        import huggingface_hub as hh
+
+        self.repo, self.revision, self.cache_dir, self.progress = repo, revision, cache_dir, progress
+        self.endpoint = os.environ.get("HF_ENDPOINT") or None
+        self.token = os.environ.get("HF_TOKEN") or None
+        self.label = repo
+        self.snapshot: Path | None = None
+        if _offline():
+            self._from_cache("HF_HUB_OFFLINE is set")
+            return
+        try:
+            info = hh.HfApi(endpoint=self.endpoint, token=self.token).model_info(repo, revision=revision)
+        except Exception as exc:  # noqa: BLE001 - mapped to typed errors below
+            self._raise_or_fallback(exc)
+            return
+        self.commit = info.sha or revision
+        self.files = frozenset(s.rfilename for s in (info.siblings or []))
+
+    def _from_cache(self, why: str) -> None:
+        import huggingface_hub as hh
+
+        try:
+            snap = hh.snapshot_download(self.repo, revision=self.revision, cache_dir=self.cache_dir,
+                                        local_files_only=True)
+        except Exception as exc:  # noqa: BLE001
+            raise HubError(
+                f"repository '{self.repo}@{self.revision}' is not in the HF cache ({self.cache_dir}) and {why}; "
+                f"run `rsinfer download {self.repo} DIR` where the Hub is reachable and serve it with `path:`"
+            ) from exc
+        self.snapshot = Path(snap)
+        self.commit = self.snapshot.name
+        self.files = _LocalFiles(self.snapshot, self.repo).files
+
+    def _raise_or_fallback(self, exc: Exception) -> None:
+        from huggingface_hub import errors as he
+
+        if isinstance(exc, he.GatedRepoError):
+            raise RepoAccessError(
+                f"repository '{self.repo}' is gated: accept its terms on the Hub, then set HF_TOKEN "
+                f"({'the token given was refused' if self.token else 'no token is set'})") from exc
+        if isinstance(exc, he.RevisionNotFoundError):
+            raise HubError(f"revision '{self.revision}' not found in repository '{self.repo}'") from exc
+        if isinstance(exc, he.RepositoryNotFoundError):
+            raise RepoAccessError(
+                f"repository '{self.repo}' not found, gated, or private; check the id or set HF_TOKEN") from exc
+        if isinstance(exc, he.HfHubHTTPError):
+            raise HubError(f"the Hub refused to list '{self.repo}': {exc}") from exc
+        # network trouble: serve what the cache has, as huggingface_hub itself does for files
+        log.warning("cannot reach the Hub for '%s' (%s); trying the local cache", self.repo,
+                    type(exc).__name__)
+        self._from_cache(f"the Hub is unreachable ({type(exc).__name__}: {exc})")
+
+    def fetch(self, rel: str) -> Path:
+        if self.snapshot is not None:
+            return self.snapshot / rel
+        import huggingface_hub as hh
+
+        bridge = _tqdm_bridge(self.progress, rel) if self.progress else None
+        try:
+            return Path(hh.hf_hub_download(self.repo, rel, revision=self.commit, cache_dir=self.cache_dir,
+                                           token=self.token, endpoint=self.endpoint, tqdm_class=bridge))
+        except Exception as exc:  # noqa: BLE001
+            raise HubError(f"cannot download '{rel}' from '{self.repo}@{self.revision}': {exc}") from exc
+
+
+def _tqdm_bridge(progress: Progress, name: str) -> Callable[..., Any]:
+    """A tqdm stand-in that forwards huggingface_hub's byte counts to our Progress."""
+
+    class Bridge:
+        def __init__(self, *args: Any, total: int | None = None, **kwargs: Any) -> None:
+            progress.start(name, total)
+
+        def update(self, n: int = 1) -> None:
+            progress.advance(name, n)
+
+        def close(self) -> None:
+            progress.done(name)
+
+        def __enter__(self) -> Bridge:
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            self.close()
+
+        def __getattr__(self, item: str) -> Any:
+            return lambda *a, **k: None
+
+    return Bridge
+
+
+# ---------------------------------------------------------------- resolution
+
+
+def graph_candidates(dtype: str = "auto", file: str | None = None) -> list[str]:
+    """The graph preference order: `file` first, then the dtype's favourites, then the default list."""
+    order = ([file] if file else []) + list(DTYPE_FIRST[normalize_dtype(dtype)]) + list(DEFAULT_GRAPHS)
+    return list(dict.fromkeys(order))
+
+
+def _folders(subfolder: str | None) -> list[str]:
+    return list(dict.fromkeys(["", (subfolder or "").strip("/"), "onnx"]))
+
+
+def _join(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
+def pick_graph(files: frozenset[str], dtype: str = "auto", file: str | None = None,
+               subfolder: str | None = None) -> tuple[str, str, list[str]]:
+    """(repo-relative graph, why, candidate order). For each candidate: root, then subfolder, then onnx/."""
+    candidates = graph_candidates(dtype, file)
+    if file:
+        for folder in _folders(subfolder):
+            rel = _join(folder, file)
+            if rel in files:
+                return rel, f"pinned by `file: {file}`", candidates
+        raise HubError(f"`file: {file}` is not in the model's files; graphs there: {_graphs(files)}")
+    for cand in candidates:
+        for folder in _folders(subfolder):
+            rel = _join(folder, cand)
+            if rel in files:
+                rank = candidates.index(cand) + 1
+                why = (f"preference #{rank} ({cand}) with dtype {normalize_dtype(dtype)}; "
+                       f"searched root, {'`' + subfolder + '/`, ' if subfolder else ''}onnx/")
+                return rel, why, candidates
+    raise HubError(f"no ONNX graph found (looked for {', '.join(candidates)} in root"
+                   f"{', ' + subfolder if subfolder else ''} and onnx/); graphs there: {_graphs(files)}. "
+                   "Pin one with `file:`")
+
+
+def _graphs(files: frozenset[str]) -> str:
+    found = sorted(f for f in files if f.endswith(".onnx"))
+    return ", ".join(found) if found else "none"
+
+
+def external_data_of(graph: str, files: frozenset[str]) -> list[str]:
+    """Weight files ORT loads from beside the graph: `<graph>_data`, `<graph>.data`, `<graph>_data_1`…"""
+    return sorted(f for f in files if f != graph and (f.startswith(graph + "_data") or f == graph + ".data"))
+
+
+def _find_aux(name: str, sources: list[tuple[_Files, str | None]]) -> tuple[_Files, str] | None:
+    for src, subfolder in sources:
+        for folder in _folders(subfolder):
+            rel = _join(folder, name)
+            if rel in src.files:
+                return src, rel
+    return None
+
+
+def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress | None = None) -> ResolvedModel:
+    """Find (and fetch into the HF cache) the graph, its external data and the aux files of a model."""
+    cache = cache_dir or hub_cache_dir()
+    if (spec.hf is None) == (spec.path is None):
+        raise ConfigError("exactly one of `hf` or `path` must be set")
+    origin = None
+    if spec.path is not None:
+        root = Path(spec.path).expanduser()
+        if not root.is_dir():
+            raise HubError(f"model folder '{spec.path}' does not exist or is not a folder")
+        main: _Files = _LocalFiles(root, f"path:{spec.path}")
+        source = f"path:{spec.path}"
+        prov = root / PROVENANCE_FILE
+        if prov.is_file():
+            try:
+                origin = json.loads(prov.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                origin = None
+    else:
+        main = _HubFiles(spec.hf, spec.revision, cache, progress)
+        source = f"hf:{spec.hf}@{spec.revision}"
+    graph, why, candidates = pick_graph(main.files, spec.dtype, spec.file, spec.subfolder)
+    sources: list[tuple[_Files, str | None]] = [(main, spec.subfolder)]
+    tok_src: _Files | None = None
+
+    def tokenizer_source() -> _Files:
+        nonlocal tok_src, source
+        if tok_src is None:
+            tok_src = _HubFiles(spec.tokenizer_hf, "main", cache, progress)
+            source += f"+aux:{spec.tokenizer_hf}"
+        return tok_src
+
+    aux: dict[str, Path] = {}
+    aux_origin: dict[str, str] = {}
+    for name in AUX_FILES:
+        hit = _find_aux(name, sources)
+        if hit is None and spec.tokenizer_hf:
+            hit = _find_aux(name, [(tokenizer_source(), None)])
+        if hit is None:
+            continue
+        src, rel = hit
+        aux[name] = src.fetch(_safe_rel(rel))
+        aux_origin[name] = f"{src.label}:{rel}"
+    if "tokenizer.json" not in aux:
+        extra = f" nor in '{spec.tokenizer_hf}'" if spec.tokenizer_hf else ""
+        raise HubError(f"tokenizer.json not found in {main.label} (root, "
+                       f"{spec.subfolder + ', ' if spec.subfolder else ''}onnx/){extra}; "
+                       "set `tokenizer_hf` to a repo that has it")
+    ext = external_data_of(graph, main.files)
+    graph_path = main.fetch(_safe_rel(graph))
+    for rel in ext:
+        main.fetch(_safe_rel(rel))
+    commit = getattr(main, "commit", None)
+    return ResolvedModel(
+        source=source, graph_file=graph, graph_path=graph_path, graph_reason=why,
+        candidates=tuple(candidates), external_data=tuple(ext), tokenizer_path=aux["tokenizer.json"],
+        aux=aux, aux_origin=aux_origin, repo=spec.hf, revision=spec.revision if spec.hf else None,
+        commit=commit, local_dir=graph_path.parent, origin=origin,
+    )
+
+
+# ---------------------------------------------------------------- download
+
+
+def _place(src: Path, dest: Path) -> bool:
+    """Copy src to dest atomically; False when dest already holds the same bytes."""
+    if dest.is_file() and dest.stat().st_size == src.stat().st_size and filecmp.cmp(src, dest, shallow=False):
+        return False
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+@dataclass(frozen=True)
+class DownloadResult:
+    resolved: ResolvedModel
+    out: Path
+    files: tuple[tuple[str, int, bool], ...]  # (relative path, size, written?)
+
+
+def _inside(out: Path, rel: str) -> Path:
+    dest = (out / _safe_rel(rel)).resolve()
+    if not dest.is_relative_to(out.resolve()):
+        raise HubError(f"refusing file name {rel!r}: it would escape {out}")
+    return dest
+
+
+def download(spec: ModelSource, out: Path, cache_dir: Path | None = None,
+             progress: Progress | None = None) -> DownloadResult:
+    """Resolve a Hub model, then write a self-contained folder in the layout `path:` loads."""
+    if spec.hf is None:
+        raise ConfigError("download needs a Hub repo id")
+    resolved = resolve(spec, cache_dir, progress)
+    plan: list[tuple[str, Path]] = [(resolved.graph_file, resolved.graph_path)]
+    for rel in resolved.external_data:
+        plan.append((rel, resolved.graph_path.parent / PurePosixPath(rel).name))
+    plan += [(name, path) for name, path in resolved.aux.items()]
+    out.mkdir(parents=True, exist_ok=True)
+    targets = [(rel, src, _inside(out, rel)) for rel, src in plan]  # refuse before writing anything
+    written = []
+    for rel, src, dest in targets:
+        changed = _place(src, dest)
+        written.append((rel, dest.stat().st_size, changed))
+    prov = {"repo": spec.hf, "revision": spec.revision, "commit": resolved.commit,
+            "file": resolved.graph_file, "tokenizer_hf": spec.tokenizer_hf,
+            "aux": resolved.aux_origin}
+    text = json.dumps(prov, indent=2, sort_keys=True) + "\n"
+    prov_path = out / PROVENANCE_FILE
+    if not prov_path.is_file() or prov_path.read_text(encoding="utf-8") != text:
+        prov_path.write_text(text, encoding="utf-8")
+    return DownloadResult(resolved=resolved, out=out, files=tuple(written))

@@ -1,0 +1,157 @@
+"""Embedding: forward → (pooling) → model `dimensions` → L2 normalise → request `dimensions`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..engine.batching import plan_batches
+from ..engine.inputs import Encoded
+from ..errors import InputError, ModelLoadError
+
+OUTPUT_ORDER = ("sentence_embedding", "_pooler_output", "pooler_output", "last_hidden_state",
+                "token_embeddings", "output0")
+
+
+def pooling_from_config(pooling_cfg: dict[str, Any]) -> tuple[str, str]:
+    """(mode, why) from sentence-transformers' 1_Pooling/config.json."""
+    if not pooling_cfg:
+        return "mean", "no 1_Pooling/config.json: masked mean"
+    if pooling_cfg.get("pooling_mode_cls_token"):
+        return "cls", "1_Pooling/config.json pooling_mode_cls_token"
+    if pooling_cfg.get("pooling_mode_lasttoken"):
+        return "last", "1_Pooling/config.json pooling_mode_lasttoken"
+    for flag in ("pooling_mode_mean_tokens", "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_max_tokens"):
+        if pooling_cfg.get(flag):
+            return "mean", f"1_Pooling/config.json {flag}" + ("" if flag.endswith("mean_tokens") else
+                                                               " (approximated by mean)")
+    return "mean", "1_Pooling/config.json sets no mode: masked mean"
+
+
+def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
+    """[B,T,D] → [B,D] by cls, masked mean, or each row's last real token (right padding)."""
+    if mode == "cls":
+        return hidden[:, 0]
+    if mode == "last":
+        last = np.maximum(mask.sum(axis=1) - 1, 0)
+        return hidden[np.arange(hidden.shape[0]), last]
+    m = mask[:, :, None].astype(hidden.dtype)
+    return (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
+
+
+def l2_normalize(v: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    return v / np.where(norms == 0, 1.0, norms)
+
+
+@dataclass
+class EmbedResult:
+    vectors: np.ndarray      # [n, d] float32, in input order
+    tokens: int              # attention-mask ones summed (usage)
+    truncated: int           # rows cut at max_len
+
+
+class EmbeddingPipeline:
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        cfg = model.config
+        names = [o.name for o in model.graph.outputs]
+        self.output = next((n for n in OUTPUT_ORDER if n in names), names[0])
+        info = model.graph.output(self.output)
+        self.pooled_in_graph = len(info.shape) == 2
+        if len(info.shape) not in (2, 3):
+            raise ModelLoadError(f"model '{cfg.name}': embedding output '{self.output}' has shape "
+                                 f"{list(info.shape)}; expected [batch, dim] or [batch, seq, dim]", model=cfg.name)
+        if cfg.pooling != "auto":
+            self.pooling, self.pooling_reason = cfg.pooling, "pooling in config"
+        else:
+            self.pooling, self.pooling_reason = pooling_from_config(model.aux.get("1_Pooling/config.json", {}))
+        if self.pooled_in_graph:
+            self.pooling_reason = f"output '{self.output}' is already pooled"
+        d = info.shape[-1]
+        self.native_dim = d if isinstance(d, int) else None
+        self.dim = min(cfg.dimensions, d) if cfg.dimensions and isinstance(d, int) else (cfg.dimensions or d)
+        self.normalize = cfg.normalize
+        self.max_rows = cfg.max_batch
+        self.max_tokens = cfg.batching.max_tokens
+        self.vocab_size = model.encoder.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "embedding", "output": self.output,
+                "pooling": None if self.pooled_in_graph else self.pooling, "pooling_reason": self.pooling_reason,
+                "dimensions": self.dim if isinstance(self.dim, int) else None, "normalize": self.normalize}
+
+    # ------------------------------------------------------------ rows
+
+    def encode(self, texts: Sequence[str], truncate: bool | None = None, direction: str = "right",
+               param: str = "input") -> Encoded:
+        return self.model.encoder.encode(texts, truncate=truncate, direction=direction, param=param)
+
+    def encode_ids(self, rows: Sequence[Sequence[int]], truncate: bool | None = None,
+                   param: str = "input") -> Encoded:
+        """Token-id input: ids used verbatim, checked against the vocabulary, held to max_len."""
+        max_len = self.model.max_len
+        allow_cut = self.model.config.truncate if truncate is None else truncate
+        out, cut = [], 0
+        for i, row in enumerate(rows):
+            bad = next((t for t in row if not 0 <= t < self.vocab_size), None)
+            if bad is not None:
+                raise InputError(f"{param}[{i}] has token id {bad} outside the vocabulary (0..{self.vocab_size - 1})",
+                                 param=f"{param}[{i}]")
+            if not row:
+                raise InputError(f"{param}[{i}] is an empty token list", param=f"{param}[{i}]")
+            if max_len and len(row) > max_len:
+                if not allow_cut:
+                    raise InputError(f"{param}[{i}] has {len(row)} tokens but max_len is {max_len}; shorten it "
+                                     "or allow truncation", param=f"{param}[{i}]")
+                row, cut = row[:max_len], cut + 1
+            out.append(list(row))
+        return Encoded(ids=out, type_ids=[[0] * len(r) for r in out], truncated=cut)
+
+    def forward(self, ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None) -> np.ndarray:
+        """One forward of already-encoded rows → pooled [n, D] float32 (before normalisation)."""
+        feeds = self.model.feeds.build(ids, type_ids, self.model.encoder.pad_id)
+        (out,) = self.model.run([self.output], feeds)
+        out = np.asarray(out, dtype=np.float32)
+        if self.pooled_in_graph:
+            return out
+        mask = (feeds["attention_mask"] if "attention_mask" in feeds else
+                (np.arange(out.shape[1])[None, :] < np.array([len(r) for r in ids])[:, None]))
+        return pool(out, mask, self.pooling)
+
+    def postprocess(self, vectors: np.ndarray, dimensions: int | None = None) -> np.ndarray:
+        cfg_dim = self.model.config.dimensions
+        if cfg_dim and cfg_dim < vectors.shape[1]:
+            vectors = vectors[:, :cfg_dim]
+        if self.normalize:
+            vectors = l2_normalize(vectors)
+        if dimensions is not None:
+            if dimensions <= 0 or dimensions > vectors.shape[1]:
+                raise InputError(f"`dimensions` must be between 1 and {vectors.shape[1]} for model "
+                                 f"'{self.model.name}', got {dimensions}", param="dimensions")
+            if dimensions < vectors.shape[1]:
+                vectors = l2_normalize(vectors[:, :dimensions])
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def run_encoded(self, enc: Encoded, dimensions: int | None = None) -> EmbedResult:
+        """All rows in length-sorted forwards of at most max_batch rows / max_tokens padded tokens."""
+        if dimensions is not None and isinstance(self.dim, int) and not 0 < dimensions <= self.dim:
+            raise InputError(f"`dimensions` must be between 1 and {self.dim} for model '{self.model.name}', "
+                             f"got {dimensions}", param="dimensions")
+        n = len(enc.ids)
+        result: np.ndarray | None = None
+        for batch in plan_batches(enc.lengths, self.max_rows, self.max_tokens):
+            pooled = self.forward([enc.ids[i] for i in batch], [enc.type_ids[i] for i in batch]
+                                  if enc.type_ids is not None else None)
+            if result is None:
+                result = np.empty((n, pooled.shape[1]), dtype=np.float32)
+            result[batch] = pooled
+        if result is None:
+            result = np.empty((0, self.native_dim or 0), dtype=np.float32)
+        return EmbedResult(self.postprocess(result, dimensions), enc.num_tokens, enc.truncated)
+
+    def embed(self, texts: Sequence[str], dimensions: int | None = None, truncate: bool | None = None) -> EmbedResult:
+        return self.run_encoded(self.encode(texts, truncate=truncate), dimensions)
