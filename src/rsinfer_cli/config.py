@@ -314,7 +314,7 @@ def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None
         for i, raw in enumerate(raw_models):
             m = _build(ModelConfig, raw, f"models[{i}]", errs)
             if m is not None and m.path and base_dir is not None and not os.path.isabs(m.path):
-                m = dataclasses.replace(m, path=str((base_dir / m.path)))
+                m = dataclasses.replace(m, path=str(base_dir / m.path))
             models.append(m)
         _check_models(models, errs)
     errs.raise_if_any()

@@ -19,7 +19,7 @@ HF_OPT = typer.Option(None, "--hf", help="Hugging Face repo id.")
 REVISION_OPT = typer.Option("main", "--revision", help="Branch, tag or commit (with --hf).")
 FILE_OPT = typer.Option(None, "--file", help="Pin the graph file, e.g. onnx/model_fp16.onnx.")
 SUBFOLDER_OPT = typer.Option(None, "--subfolder", help="Extra folder to search for the graph and aux files.")
-TOKENIZER_HF_OPT = typer.Option(None, "--tokenizer-hf", help="Repo that holds tokenizer.json when the model's lacks it.")
+TOKENIZER_HF_OPT = typer.Option(None, "--tokenizer-hf", help="Repo with tokenizer.json when the model's lacks it.")
 DTYPE_OPT = typer.Option("auto", "--dtype", help="Graph precision preference: auto, fp32, fp16 or int8.")
 JSON_OPT = typer.Option(False, "--json", help="Print JSON for programs instead of a table.")
 

@@ -121,10 +121,9 @@ def inspect_cmd(
                                      replicas=1)
     model = load_model(cfg, server, hub_cache_dir(server.hf_cache_dir))
     reason = "config" if (path is None and hf is None) else "--kind"
-    if path is not None or hf is not None:
-        if kind is None:
-            guessed, reason = guess_kind(model.hf_config)
-            model.config = dataclasses.replace(cfg, kind=guessed)
+    if (path is not None or hf is not None) and kind is None:
+        guessed, reason = guess_kind(model.hf_config)
+        model.config = dataclasses.replace(cfg, kind=guessed)
     rep = inspect_report(model, reason)
     if json_out:
         print_json(rep)

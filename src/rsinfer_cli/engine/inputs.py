@@ -81,7 +81,7 @@ class TextEncoder:
                add_special_tokens: bool = True, offsets: bool = False, param: str = "input") -> Encoded:
         """Encode texts (or text pairs); over-length rows are cut at max_len, or refused when truncate is off."""
         tok = self._variant(strategy, direction)
-        batch = list(zip(texts, pairs)) if pairs is not None else list(texts)
+        batch = list(zip(texts, pairs, strict=True)) if pairs is not None else list(texts)
         try:
             encs = tok.encode_batch(batch, add_special_tokens=add_special_tokens)
         except Exception as exc:  # noqa: BLE001 - the tokenizer raises untyped errors

@@ -88,7 +88,7 @@ def session_options(cfg: ModelConfig, threads: int = 0) -> Any:
 def build_session(graph: Path, cfg: ModelConfig, plan: EpPlan, threads: int = 0) -> Any:
     import onnxruntime as ort
 
-    providers = [(PROVIDERS[ep], opts) for ep, opts in zip(plan.resolved, plan.options)]
+    providers = [(PROVIDERS[ep], opts) for ep, opts in zip(plan.resolved, plan.options, strict=True)]
     try:
         return ort.InferenceSession(str(graph), sess_options=session_options(cfg, threads), providers=providers)
     except Exception as exc:  # noqa: BLE001 - ORT raises its own untyped errors
