@@ -143,6 +143,21 @@ class _HubFiles(_Files):
             return
         self.commit = info.sha or revision
         self.files = frozenset(s.rfilename for s in (info.siblings or []))
+        self._remember_ref()
+
+    def _remember_ref(self) -> None:
+        """Record revision → commit in the cache (files are fetched by commit), so an offline boot finds them."""
+        from huggingface_hub.file_download import repo_folder_name
+
+        if not self.commit or self.commit == self.revision:
+            return
+        ref = self.cache_dir / repo_folder_name(repo_id=self.repo, repo_type="model") / "refs" / self.revision
+        try:
+            if not ref.is_file() or ref.read_text() != self.commit:
+                ref.parent.mkdir(parents=True, exist_ok=True)
+                ref.write_text(self.commit)
+        except OSError as exc:  # a read-only cache still serves this run
+            log.debug("cannot record ref %s: %s", ref, exc)
 
     def _from_cache(self, why: str) -> None:
         import huggingface_hub as hh
@@ -160,19 +175,9 @@ class _HubFiles(_Files):
         self.files = _LocalFiles(self.snapshot, self.repo).files
 
     def _raise_or_fallback(self, exc: Exception) -> None:
-        from huggingface_hub import errors as he
-
-        if isinstance(exc, he.GatedRepoError):
-            raise RepoAccessError(
-                f"repository '{self.repo}' is gated: accept its terms on the Hub, then set HF_TOKEN "
-                f"({'the token given was refused' if self.token else 'no token is set'})") from exc
-        if isinstance(exc, he.RevisionNotFoundError):
-            raise HubError(f"revision '{self.revision}' not found in repository '{self.repo}'") from exc
-        if isinstance(exc, he.RepositoryNotFoundError):
-            raise RepoAccessError(
-                f"repository '{self.repo}' not found, gated, or private; check the id or set HF_TOKEN") from exc
-        if isinstance(exc, he.HfHubHTTPError):
-            raise HubError(f"the Hub refused to list '{self.repo}': {exc}") from exc
+        typed = _typed_hub_error(exc, self.repo, self.revision, self.token)
+        if typed is not None:
+            raise typed from exc
         # network trouble: serve what the cache has, as huggingface_hub itself does for files
         log.warning("cannot reach the Hub for '%s' (%s); trying the local cache", self.repo,
                     type(exc).__name__)
@@ -188,7 +193,26 @@ class _HubFiles(_Files):
             return Path(hh.hf_hub_download(self.repo, rel, revision=self.commit, cache_dir=self.cache_dir,
                                            token=self.token, endpoint=self.endpoint, tqdm_class=bridge))
         except Exception as exc:  # noqa: BLE001
-            raise HubError(f"cannot download '{rel}' from '{self.repo}@{self.revision}': {exc}") from exc
+            typed = _typed_hub_error(exc, self.repo, self.revision, self.token)
+            raise typed or HubError(f"cannot download '{rel}' from '{self.repo}@{self.revision}': {exc}") from exc
+
+
+def _typed_hub_error(exc: Exception, repo: str, revision: str, token: str | None) -> HubError | None:
+    """Our error for what huggingface_hub raised; None for network trouble (no answer from the Hub)."""
+    from huggingface_hub import errors as he
+
+    if isinstance(exc, he.GatedRepoError):
+        return RepoAccessError(f"repository '{repo}' is gated: accept its terms on the Hub, then set HF_TOKEN "
+                               f"({'the token given was refused' if token else 'no token is set'})")
+    if isinstance(exc, he.RevisionNotFoundError):
+        return HubError(f"revision '{revision}' not found in repository '{repo}'")
+    if isinstance(exc, he.RepositoryNotFoundError):
+        return RepoAccessError(f"repository '{repo}' not found, gated, or private; check the id or set HF_TOKEN")
+    if isinstance(exc, he.RemoteEntryNotFoundError):
+        return HubError(f"a file listed by '{repo}@{revision}' is missing on the Hub: {exc}")
+    if isinstance(exc, he.HfHubHTTPError):
+        return HubError(f"the Hub refused a request for '{repo}': {exc}")
+    return None
 
 
 def _tqdm_bridge(progress: Progress, name: str) -> Callable[..., Any]:

@@ -1,0 +1,105 @@
+"""Small synthetic models for unit tests: a word-level tokenizer and ONNX graphs built with onnx.helper."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+WORDS = ["hello", "world", "the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
+VOCAB = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, **{w: i + 4 for i, w in enumerate(WORDS)}}
+DIM = 4
+
+
+def tokenizer_json() -> str:
+    """A BERT-like word-level tokenizer: `[CLS] a [SEP]` and `[CLS] a [SEP] b [SEP]` with type ids 0/1."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    tok = Tokenizer(models.WordLevel(VOCAB, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return tok.to_str()
+
+
+def embedding_table() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    return rng.standard_normal((len(VOCAB), DIM)).astype(np.float32)
+
+
+def embedding_graph(*, position_ids: bool = False, past_layers: int = 0, out_name: str = "last_hidden_state",
+                    extra_input: str | None = None, opset: int = 17):
+    """input_ids/attention_mask/token_type_ids → out = table[input_ids] (+ position_ids as float)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    seq = ["batch_size", "sequence_length"]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, seq),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, seq),
+              helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, seq)]
+    nodes = [helper.make_node("Gather", ["table", "input_ids"], ["hidden"])]
+    outputs = [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, ["batch_size", "sequence_length", DIM])]
+    last = "hidden"
+    if position_ids:
+        inputs.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64, seq))
+        nodes += [helper.make_node("Cast", ["position_ids"], ["pos_f"], to=TensorProto.FLOAT),
+                  helper.make_node("Unsqueeze", ["pos_f", "axis_last"], ["pos_3d"]),
+                  helper.make_node("Add", [last, "pos_3d"], ["hidden_pos"])]
+        last = "hidden_pos"
+        outputs.append(helper.make_tensor_value_info("positions", TensorProto.INT64, seq))
+        nodes.append(helper.make_node("Identity", ["position_ids"], ["positions"]))
+    for layer in range(past_layers):
+        for kv in ("key", "value"):
+            name = f"past_key_values.{layer}.{kv}"
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT,
+                                                        ["batch_size", 2, "past_sequence_length", 8]))
+            outputs.append(helper.make_tensor_value_info(f"present.{layer}.{kv}", TensorProto.INT64, [4]))
+            nodes.append(helper.make_node("Shape", [name], [f"present.{layer}.{kv}"]))
+    if extra_input:
+        inputs.append(helper.make_tensor_value_info(extra_input, TensorProto.INT64, seq))
+        outputs.append(helper.make_tensor_value_info("extra_out", TensorProto.INT64, seq))
+        nodes.append(helper.make_node("Identity", [extra_input], ["extra_out"]))
+    nodes += [helper.make_node("Identity", [last], [out_name]),
+              # consume attention_mask and token_type_ids so ORT keeps them as graph inputs
+              helper.make_node("Add", ["attention_mask", "token_type_ids"], ["mask_plus_types"])]
+    outputs.append(helper.make_tensor_value_info("mask_plus_types", TensorProto.INT64, seq))
+    inits = [numpy_helper.from_array(embedding_table(), "table"),
+             numpy_helper.from_array(np.array([-1], dtype=np.int64), "axis_last")]
+    graph = helper.make_graph(nodes, "synthetic", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def graph_bytes(model) -> bytes:
+    return model.SerializeToString()
+
+
+def write_model_dir(root: Path, *, graph_rel: str = "onnx/model.onnx", model=None, external_data: bool = False,
+                    pooling: str | None = "pooling_mode_mean_tokens", config: dict | None = None) -> Path:
+    """A Hub-repo layout on disk: tokenizer.json, config.json, 1_Pooling/config.json and the graph."""
+    import onnx
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "tokenizer.json").write_text(tokenizer_json(), encoding="utf-8")
+    (root / "config.json").write_text(json.dumps(config or {"architectures": ["BertModel"],
+                                                            "max_position_embeddings": 64}), encoding="utf-8")
+    if pooling:
+        (root / "1_Pooling").mkdir(exist_ok=True)
+        (root / "1_Pooling" / "config.json").write_text(json.dumps({pooling: True}), encoding="utf-8")
+    g = root / graph_rel
+    g.parent.mkdir(parents=True, exist_ok=True)
+    m = model or embedding_graph()
+    if external_data:
+        onnx.save_model(m, str(g), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=g.name + "_data", size_threshold=0)
+    else:
+        onnx.save_model(m, str(g))
+    return root
+
+
+def dir_files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
