@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from fakehub import FakeHub
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -65,8 +65,9 @@ def embedding_graph(*, position_ids: bool = False, past_layers: int = 0, out_nam
               # consume attention_mask and token_type_ids so ORT keeps them as graph inputs
               helper.make_node("Add", ["attention_mask", "token_type_ids"], ["mask_plus_types"])]
     outputs.append(helper.make_tensor_value_info("mask_plus_types", TensorProto.INT64, seq))
-    inits = [numpy_helper.from_array(embedding_table(), "table"),
-             numpy_helper.from_array(np.array([-1], dtype=np.int64), "axis_last")]
+    inits = [numpy_helper.from_array(embedding_table(), "table")]
+    if position_ids:
+        inits.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), "axis_last"))
     graph = helper.make_graph(nodes, "synthetic", inputs, outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import ROOT
 from rsinfer_cli.config import Config, load_config, parse_config
 from rsinfer_cli.errors import ConfigError

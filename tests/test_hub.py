@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 import synth
 from rsinfer_cli.config import ModelConfig
 from rsinfer_cli.errors import HubError, RepoAccessError

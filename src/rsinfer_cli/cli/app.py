@@ -25,16 +25,28 @@ from . import download, inspect
 
 
 class ExitCode(enum.IntEnum):
-    """Process exit codes (listed in the man page)."""
+    """Process exit codes (listed in the man page from EXIT_DOCS)."""
 
     OK = 0
-    ERROR = 1        # an unexpected internal error (a bug: please report it)
-    USAGE = 2        # bad command-line options or config file
-    INPUT = 3        # bad input data (a JSONL line, a text over max_len, ...)
-    HUB = 4          # the Hub or a model folder could not provide the model files
-    MODEL = 5        # a model could not be loaded or run
-    BUSY = 6         # the model's queue was full or the wait too long
+    ERROR = 1
+    USAGE = 2
+    INPUT = 3
+    HUB = 4
+    MODEL = 5
+    BUSY = 6
     INTERRUPTED = 130
+
+
+EXIT_DOCS = {
+    ExitCode.OK: "success",
+    ExitCode.ERROR: "an unexpected internal error (a bug: please report it; RSINFER_DEBUG=1 shows the traceback)",
+    ExitCode.USAGE: "bad command-line options or config file (the message names the option or key path)",
+    ExitCode.INPUT: "bad input data (the message names the file and line, or the input index)",
+    ExitCode.HUB: "the Hub or a model folder could not provide the model files",
+    ExitCode.MODEL: "a model could not be loaded or run",
+    ExitCode.BUSY: "the model's queue was full, or the wait for a session too long",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+}
 
 
 EXIT_CODES: dict[type[BaseException], ExitCode] = {
@@ -61,7 +73,7 @@ app = typer.Typer(
     name="rsinfer",
     help="Serve and run embeddings, rerankers, PII redaction and NLI classification on ONNX Runtime.",
     no_args_is_help=True,
-    add_completion=True,
+    add_completion=False,  # static scripts ship in completions/ (no Python start per <TAB>)
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -81,7 +93,8 @@ def root(
     """Serve and run embeddings, rerankers, PII redaction and NLI classification on ONNX Runtime.
 
     Exit codes: 0 ok, 1 internal error, 2 usage or config error, 3 bad input data, 4 model files
-    unavailable (Hub or folder), 5 model load or inference failure, 6 model busy, 130 interrupted.
+    unavailable (Hub or folder), 5 model load or inference failure, 6 model busy, 130 interrupted
+    (see `man rsinfer`).
     """
 
 
@@ -90,26 +103,19 @@ app.command("inspect", help=inspect.__doc__)(inspect.inspect_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:
-    import click
-
+    """Run the CLI; Typer reports usage errors itself (exit 2), our typed errors are mapped here."""
     logging.basicConfig(level=os.environ.get("RSINFER_LOG_LEVEL", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
-        code = app(args=argv, prog_name="rsinfer", standalone_mode=False)
+        app(args=argv, prog_name="rsinfer")
     except RsinferError as exc:
         if os.environ.get("RSINFER_DEBUG"):
             raise
         typer.echo(f"rsinfer: error: {exc}", err=True)
         sys.exit(exit_code_for(exc))
-    except click.exceptions.Abort:
-        typer.echo("rsinfer: interrupted", err=True)
-        sys.exit(ExitCode.INTERRUPTED)
     except KeyboardInterrupt:
         typer.echo("rsinfer: interrupted", err=True)
         sys.exit(ExitCode.INTERRUPTED)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (`| head`): not an error of ours
         sys.exit(ExitCode.OK)
@@ -119,4 +125,3 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo(f"rsinfer: internal error: {type(exc).__name__}: {exc} "
                    "(set RSINFER_DEBUG=1 for the traceback)", err=True)
         sys.exit(ExitCode.ERROR)
-    sys.exit(code if isinstance(code, int) else ExitCode.OK)

@@ -1,0 +1,56 @@
+# rsinfer developer and operator targets. `make serve` and `make test` are the two set-up commands.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+CONFIG ?= config.example.yaml
+PIP := $(BIN)/python -m pip
+
+.PHONY: install dev test lint serve completions man cpu gpu-cuda gpu-trt mac-coreml openvino clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+install: $(BIN)/python        ## rsinfer with the CPU onnxruntime wheel
+	$(PIP) install -q -e .
+
+dev: $(BIN)/python            ## rsinfer plus the test tools
+	$(PIP) install -q -e '.[test]'
+
+test: dev                     ## lint, then the whole suite (no network; reference models from ../shared/models)
+	$(BIN)/ruff check src tests
+	$(BIN)/pytest
+
+lint: dev
+	$(BIN)/ruff check src tests
+
+serve: install                ## start the daemon on $(CONFIG) (models are pulled from the Hub on first start)
+	$(BIN)/rsinfer serve --config $(CONFIG)
+
+completions man: dev          ## regenerate completions/ and man/ from the CLI (a test diffs them)
+	$(BIN)/python -m rsinfer_cli.cli.docgen .
+
+# Execution-provider profiles: which onnxruntime wheel is installed decides which EPs exist
+# (the Python counterpart of rs-infer's compile-time features). They all provide the `onnxruntime`
+# module, so each profile removes the others first; a later plain `pip install -e .` restores the CPU wheel.
+ORT_WHEELS := onnxruntime onnxruntime-gpu onnxruntime-openvino onnxruntime-directml
+
+cpu: install                  ## CPU only (also what macOS gets with CoreML included)
+	$(PIP) uninstall -q -y $(ORT_WHEELS)
+	$(PIP) install -q onnxruntime
+
+mac-coreml: cpu               ## macOS: the standard wheel carries the CoreML EP (eps: [coreml, cpu])
+
+gpu-cuda: install             ## NVIDIA CUDA 12 + cuDNN 9 from PyPI (eps: [cuda, cpu])
+	$(PIP) uninstall -q -y $(ORT_WHEELS)
+	$(PIP) install -q 'onnxruntime-gpu[cuda,cudnn]'
+
+gpu-trt: gpu-cuda             ## TensorRT on top of CUDA (eps: [tensorrt, cuda, cpu])
+	$(PIP) install -q tensorrt
+
+openvino: install             ## Intel OpenVINO (eps: [openvino, cpu])
+	$(PIP) uninstall -q -y $(ORT_WHEELS)
+	$(PIP) install -q onnxruntime-openvino
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache src/*.egg-info

@@ -1,0 +1,167 @@
+"""The command line: start-up imports, exit codes, inspect/download, generated completions and man page."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import synth
+from conftest import ROOT
+
+HEAVY = ("onnxruntime", "numpy", "aiohttp", "tokenizers", "huggingface_hub", "prometheus_client")
+
+
+def rsinfer(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rsinfer_cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["inspect", "--help"], ["download", "--help"], ["--version"]])
+def test_help_imports_nothing_heavy(argv):
+    code = ("import sys\nfrom rsinfer_cli.cli.app import main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+            f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
+            "print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY=\n" in proc.stderr or proc.stderr.rstrip().endswith("HEAVY="), proc.stderr
+
+
+def test_engine_imports_no_transport():
+    code = ("import sys\nimport rsinfer_cli.engine.registry, rsinfer_cli.pipelines.embed, rsinfer_cli.hub\n"
+            "bad = [m for m in ('aiohttp', 'typer', 'rich', 'prometheus_client') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_usage_error_exit_2():
+    proc = rsinfer("inspect", "--bogus")
+    assert proc.returncode == 2 and "No such option" in proc.stderr
+
+
+def test_no_model_named_is_exit_2():
+    proc = rsinfer("inspect")
+    assert proc.returncode == 2
+    assert "say which model" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_unknown_dtype_is_exit_2():
+    proc = rsinfer("download", "org/x", "out", "--dtype", "bf3")
+    assert proc.returncode == 2 and "unknown --dtype 'bf3' (auto|fp32|fp16|int8)" in proc.stderr
+
+
+@pytest.mark.shared
+class TestInspectShared:
+    def test_minilm(self, shared_models):
+        proc = rsinfer("inspect", "--path", str(shared_models / "all-minilm-l6-v2"), "--json")
+        assert proc.returncode == 0, proc.stderr
+        rep = json.loads(proc.stdout)
+        assert rep["graph"]["file"] == "onnx/model.onnx"
+        assert [(i["name"], i["dtype"]) for i in rep["graph"]["inputs"]] == \
+            [("input_ids", "int64"), ("attention_mask", "int64"), ("token_type_ids", "int64")]
+        assert [o["name"] for o in rep["graph"]["outputs"]] == ["last_hidden_state"]
+        assert rep["graph"]["outputs"][0]["shape"][-1] == 384
+        assert rep["execution_providers"]["resolved"] == ["cpu"]
+        assert rep["tokenizer"]["max_len"] == 256
+        assert rep["pipeline"]["pooling"] == "mean" and rep["kind"] == "embedding"
+
+    def test_minilm_int8(self, shared_models):
+        proc = rsinfer("inspect", "--path", str(shared_models / "all-minilm-l6-v2"), "--json", "--dtype", "int8")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["graph"]["file"] == "onnx/model_quantized.onnx"
+
+    def test_rampart_pii_picks_q4(self, shared_models):
+        proc = rsinfer("inspect", "--path", str(shared_models / "rampart-pii"), "--json")
+        assert proc.returncode == 0, proc.stderr
+        rep = json.loads(proc.stdout)
+        assert rep["graph"]["file"] == "onnx/model_q4.onnx"
+        assert rep["kind"] == "pii"
+        assert rep["graph"]["outputs"][0]["name"] == "logits"
+        assert rep["graph"]["outputs"][0]["shape"][-1] == 35
+        assert len(rep["pipeline"]["labels"]) == 35
+
+    def test_table_for_people(self, shared_models, tmp_path):
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(f"models:\n  - {{name: mini, kind: embedding, path: {shared_models / 'all-minilm-l6-v2'}}}\n")
+        proc = rsinfer("inspect", "mini", "--config", str(cfg), env={"COLUMNS": "200"})
+        assert proc.returncode == 0, proc.stderr
+        assert "onnx/model.onnx" in proc.stdout and "[batch_size, sequence_length, 384]" in proc.stdout
+
+
+class TestDownloadCli:
+    def test_download_prints_files_and_stub(self, fake_hub, tmp_path):
+        root = synth.write_model_dir(tmp_path / "repo")
+        fake_hub.add("org/emb", synth.dir_files(root))
+        out = tmp_path / "out"
+        env = {"HF_ENDPOINT": fake_hub.url, "HF_HOME": str(tmp_path / "home")}
+        proc = rsinfer("download", "org/emb", str(out), env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert f"downloaded org/emb@main into {out}" in proc.stdout
+        assert re.search(r"onnx/model.onnx +[0-9.]+ (B|KiB)\n", proc.stdout), proc.stdout
+        assert f"path: {out}" in proc.stdout
+        again = rsinfer("download", "org/emb", str(out), "--json", env=env)
+        assert all(not f["written"] for f in json.loads(again.stdout)["files"])
+        # the folder boots offline through the CLI
+        offline = rsinfer("inspect", "--path", str(out), "--json",
+                          env={**env, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"})
+        assert offline.returncode == 0, offline.stderr
+        assert json.loads(offline.stdout)["provenance"]["downloaded_from"]["repo"] == "org/emb"
+
+    def test_missing_repo_is_exit_4(self, fake_hub, tmp_path):
+        proc = rsinfer("download", "org/none", str(tmp_path / "o"), env={"HF_ENDPOINT": fake_hub.url})
+        assert proc.returncode == 4
+        assert "repository 'org/none' not found" in proc.stderr
+
+
+class TestGenerated:
+    def test_completions_and_man_are_current(self):
+        from rsinfer_cli.cli.docgen import generated
+
+        stale = [rel for rel, text in generated().items() if (ROOT / rel).read_text(encoding="utf-8") != text]
+        assert not stale, f"regenerate with `make completions man`: {stale}"
+
+    def test_man_lists_every_command_option_and_exit_code(self):
+        from rsinfer_cli.cli.app import EXIT_DOCS, app
+
+        page = (ROOT / "man/rsinfer.1").read_text()
+        for cmd in app.registered_commands:
+            assert f'.SS "rsinfer {cmd.name}"' in page
+        for opt in ("\\-\\-dtype", "\\-\\-tokenizer\\-hf", "\\-\\-json", "\\-\\-config"):
+            assert opt in page
+        for code in EXIT_DOCS:
+            assert f".B {int(code)}\n" in page
+
+    @pytest.mark.parametrize(("words", "expected"), [
+        ("rsinfer ", {"download", "inspect", "--help", "--version"}),
+        ("rsinfer inspect --dt", {"--dtype"}),
+        ("rsinfer inspect --dtype ", {"auto", "fp16", "fp32", "int8"}),
+        ("rsinfer download org/x out --d", {"--dtype"}),
+    ])
+    def test_bash_completion_works(self, words, expected):
+        script = ROOT / "completions/rsinfer.bash"
+        cmd = (f"source {script}; COMP_WORDS=({words.strip()}{' ' + repr('') if words.endswith(' ') else ''}); "
+               "COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _rsinfer; printf '%s\\n' \"${COMPREPLY[@]}\"")
+        proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=10)
+        assert proc.returncode == 0, proc.stderr
+        assert set(proc.stdout.split()) == expected
+
+    @pytest.mark.parametrize(("shell", "file", "flag"), [("zsh", "_rsinfer", "-n"), ("fish", "rsinfer.fish", "-n")])
+    def test_other_shells_parse(self, shell, file, flag):
+        if shutil.which(shell) is None:
+            pytest.skip(f"{shell} is not installed")
+        proc = subprocess.run([shell, flag, str(ROOT / "completions" / file)], capture_output=True, text=True,
+                              timeout=10)
+        assert proc.returncode == 0, proc.stderr
+
+    def test_installed_with_the_package(self):
+        text = (ROOT / "pyproject.toml").read_text()
+        for rel in ("completions/rsinfer.bash", "completions/_rsinfer", "completions/rsinfer.fish",
+                    "man/rsinfer.1"):
+            assert f'"{rel}"' in text

@@ -1,0 +1,282 @@
+"""Engine core: feeds from synthetic graphs, tokenizer limits, the session pool's admission, EPs, registry."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import synth
+from rsinfer_cli.config import ModelConfig, ServerConfig, parse_config
+from rsinfer_cli.engine.batching import plan_batches
+from rsinfer_cli.engine.inputs import FeedBuilder, TextEncoder
+from rsinfer_cli.engine.model import effective_max_len, load_model
+from rsinfer_cli.engine.pool import SessionPool
+from rsinfer_cli.engine.registry import Registry
+from rsinfer_cli.engine.session import plan_eps
+from rsinfer_cli.errors import (
+    InputError,
+    KindMismatch,
+    ModelLoadError,
+    ModelNotFound,
+    PoolTimeout,
+    Saturated,
+)
+
+
+def load(tmp_path: Path, model=None, **cfg) -> object:
+    root = synth.write_model_dir(tmp_path / "m", model=model)
+    return load_model(ModelConfig(name="m", kind="embedding", path=str(root), replicas=1, **cfg))
+
+
+class TestFeeds:
+    def test_bert_style_feeds_run(self, tmp_path):
+        m = load(tmp_path)
+        enc = m.encoder.encode(["hello world", "the cat sat on the mat"])
+        feeds = m.feeds.build(enc.ids, enc.type_ids, m.encoder.pad_id)
+        assert set(feeds) == {"input_ids", "attention_mask", "token_type_ids"}
+        assert feeds["input_ids"].shape == (2, 8) and feeds["input_ids"].dtype == np.int64
+        assert feeds["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0, 0, 0], [1] * 8]
+        out, _ = m.run(["last_hidden_state", "mask_plus_types"], feeds)
+        table = synth.embedding_table()
+        assert np.allclose(out[0, :4], table[[2, 4, 5, 3]])  # [CLS] hello world [SEP]
+
+    def test_pair_type_ids(self, tmp_path):
+        m = load(tmp_path)
+        enc = m.encoder.encode(["hello"], ["the cat"])
+        assert enc.ids == [[2, 4, 3, 6, 7, 3]]
+        assert enc.type_ids == [[0, 0, 0, 1, 1, 1]]
+        feeds = m.feeds.build(enc.ids, enc.type_ids)
+        (mpt,) = m.run(["mask_plus_types"], feeds)
+        assert mpt.tolist() == [[1, 1, 1, 2, 2, 2]]
+
+    def test_position_ids_and_empty_kv_cache(self, tmp_path):
+        graph = synth.embedding_graph(position_ids=True, past_layers=2)
+        m = load(tmp_path, model=graph)
+        expected = {f"past_key_values.{i}.{kv}" for i in (0, 1) for kv in ("key", "value")}
+        assert {t.name for t in m.feeds.past} == expected
+        enc = m.encoder.encode(["hello", "the cat sat"])
+        feeds = m.feeds.build(enc.ids, enc.type_ids, m.encoder.pad_id)
+        assert feeds["past_key_values.0.key"].shape == (2, 2, 0, 8)
+        assert feeds["past_key_values.0.key"].dtype == np.float32
+        positions, present = m.run(["positions", "present.1.value"], feeds)
+        assert positions.tolist() == [[0, 1, 2, 1, 1], [0, 1, 2, 3, 4]]  # cumsum(mask)-1, pads at 1
+        assert present.tolist() == [2, 2, 0, 8]
+
+    def test_unfillable_input_is_a_load_error_listing_inputs(self, tmp_path):
+        graph = synth.embedding_graph(extra_input="pixel_values")
+        with pytest.raises(ModelLoadError) as info:
+            load(tmp_path, model=graph)
+        msg = str(info.value)
+        assert "graph input 'pixel_values' cannot be filled" in msg
+        assert "input_ids (int64), attention_mask (int64), token_type_ids (int64), pixel_values (int64)" in msg
+
+    def test_symbolic_kv_heads_is_a_load_error(self, tmp_path):
+        graph = synth.embedding_graph(past_layers=1)
+        for inp in graph.graph.input:
+            if inp.name.startswith("past_key_values"):
+                inp.type.tensor_type.shape.dim[1].dim_param = "heads"
+        with pytest.raises(ModelLoadError, match="kv_heads"):
+            load(tmp_path, model=graph)
+
+    def test_int32_graph_inputs(self, tmp_path):
+        graph = synth.embedding_graph()
+        for node in graph.graph.input:
+            node.type.tensor_type.elem_type = onnx.TensorProto.INT32
+        del graph.graph.node[-1]  # the int64 Add
+        del graph.graph.output[-1]
+        feeds = FeedBuilder(load(tmp_path, model=graph).graph).build([[2, 4, 3]], [[0, 0, 0]])
+        assert feeds["input_ids"].dtype == np.int32 and feeds["attention_mask"].dtype == np.int32
+
+
+class TestTruncation:
+    def test_cut_at_max_len_and_counted(self, tmp_path):
+        m = load(tmp_path, max_len=4)
+        enc = m.encoder.encode(["hello world the cat sat", "hello"])
+        assert enc.ids[0] == [2, 4, 5, 3]  # specials kept
+        assert enc.truncated == 1
+
+    def test_truncate_off_is_an_input_error(self, tmp_path):
+        m = load(tmp_path, max_len=4, truncate=False)
+        with pytest.raises(InputError, match=r"input\[1\] has 7 tokens but max_len is 4") as info:
+            m.encoder.encode(["hello", "hello world the cat sat"])
+        assert info.value.param == "input[1]"
+
+    def test_pair_truncation_cuts_the_second(self, tmp_path):
+        m = load(tmp_path, max_len=6)
+        enc = m.encoder.encode(["hello world"], ["the cat sat on the mat"], strategy="only_second")
+        assert enc.ids == [[2, 4, 5, 3, 6, 3]]
+
+    def test_tokenizer_presets_are_cleared(self, tmp_path, shared_models):
+        enc = TextEncoder(shared_models / "all-minilm-l6-v2" / "tokenizer.json", 256)
+        out = enc.encode(["word " * 300, "short"])
+        assert enc.tokenizer.padding is None
+        assert [len(r) for r in out.ids] == [256, 3]  # the file's preset says 128 and pads to 128
+
+    def test_effective_max_len(self):
+        assert effective_max_len(100, {}) == (100, "max_len in config")
+        assert effective_max_len(None, {"sentence_bert_config.json": {"max_seq_length": 256},
+                                        "tokenizer_config.json": {"model_max_length": 512}})[0] == 256
+        assert effective_max_len(None, {"tokenizer_config.json": {"model_max_length": 10**30},
+                                        "config.json": {"max_position_embeddings": 514,
+                                                        "model_type": "xlm-roberta"}}) == \
+            (512, "config.json max_position_embeddings")
+        assert effective_max_len(None, {}) == (None, "no limit known")
+
+
+class TestPool:
+    def test_saturated_when_waiter_budget_spent(self):
+        pool = SessionPool(["s1"], max_queue=1, queue_timeout_s=5, name="m")
+        entered = threading.Event()
+        release = threading.Event()
+
+        def hold():
+            with pool.acquire():
+                entered.set()
+                release.wait(5)
+
+        def wait_turn():
+            with pool.acquire():
+                pass
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert entered.wait(5)
+        waiter = threading.Thread(target=wait_turn)
+        waiter.start()
+        deadline = time.monotonic() + 5
+        while pool.waiting < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert pool.waiting == 1
+        with pytest.raises(Saturated, match="saturated"), pool.acquire():
+            pass
+        release.set()
+        holder.join(5)
+        waiter.join(5)
+        assert pool.idle == 1 and pool.waiting == 0
+
+    def test_timeout_while_waiting(self):
+        pool = SessionPool(["s1"], max_queue=4, queue_timeout_s=0.05, name="m")
+        with pool.acquire():
+            t0 = time.monotonic()
+            with pytest.raises(PoolTimeout, match="timed out after 50 ms"), pool.acquire():
+                pass
+            assert time.monotonic() - t0 >= 0.05
+        assert pool.waiting == 0
+
+    def test_session_returns_after_exception(self):
+        pool = SessionPool(["s1", "s2"], max_queue=0, queue_timeout_s=1)
+        with pytest.raises(RuntimeError), pool.acquire():
+            raise RuntimeError("boom")
+        assert pool.idle == 2
+
+    def test_zero_queue_rejects_at_once_when_busy(self):
+        pool = SessionPool(["s1"], max_queue=0, queue_timeout_s=10)
+        with pool.acquire(), pytest.raises(Saturated), pool.acquire():
+            pass
+
+    def test_concurrency_never_exceeds_replicas(self):
+        pool = SessionPool(["a", "b"], max_queue=64, queue_timeout_s=10)
+        active, peak, lock = 0, 0, threading.Lock()
+
+        def work():
+            nonlocal active, peak
+            with pool.acquire():
+                with lock:
+                    active += 1
+                    peak = max(peak, active)
+                time.sleep(0.002)
+                with lock:
+                    active -= 1
+
+        threads = [threading.Thread(target=work) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert peak == 2 and pool.idle == 2
+
+
+class TestEps:
+    def test_cpu_always_last_and_missing_skipped(self):
+        cfg = ModelConfig(name="m", kind="embedding", hf="a/b", eps=("tensorrt", "cuda", "cpu"), device_id=1,
+                          trt_engine_cache="/tmp/trt")
+        plan = plan_eps(cfg, ["CUDAExecutionProvider", "CPUExecutionProvider"])
+        assert plan.resolved == ("cuda", "cpu")
+        assert plan.skipped[0][0] == "tensorrt" and "not in this onnxruntime build" in plan.skipped[0][1]
+        assert plan.options[0] == {"device_id": 1}
+        plan = plan_eps(cfg, ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
+        assert plan.resolved == ("tensorrt", "cuda", "cpu")
+        assert plan.options[0]["trt_engine_cache_path"] == "/tmp/trt"
+
+    def test_cpu_appended_when_not_listed(self):
+        cfg = ModelConfig(name="m", kind="embedding", hf="a/b", eps=("coreml",), coreml_compute_units="cpu_and_ne")
+        plan = plan_eps(cfg, ["CoreMLExecutionProvider", "CPUExecutionProvider"])
+        assert plan.resolved == ("coreml", "cpu")
+        assert plan.options[0] == {"MLComputeUnits": "CPUAndNeuralEngine"}
+
+    def test_skipped_ep_logged_and_reported(self, tmp_path, caplog):
+        m = load(tmp_path, eps=("cuda", "cpu"))
+        assert m.providers == ["cpu"]
+        assert "execution provider cuda skipped" in caplog.text
+
+
+class TestRegistry:
+    def config(self, tmp_path: Path, models: list[dict]):
+        root = synth.write_model_dir(tmp_path / "m")
+        return parse_config({"models": [{"path": str(root), "replicas": 1, **m} for m in models]})
+
+    def test_loads_all_and_picks_defaults(self, tmp_path):
+        reg = Registry.load(self.config(tmp_path, [{"name": "a", "kind": "embedding"},
+                                                   {"name": "b", "kind": "embedding", "default": True},
+                                                   {"name": "r", "kind": "rerank"}]))
+        assert list(reg.models) == ["a", "b", "r"]
+        assert reg.get(None, "embedding").name == "b"
+        assert reg.get(None, "rerank").name == "r"
+        assert reg.get("a", "embedding").name == "a"
+        with pytest.raises(ModelNotFound, match="model 'zz' not found"):
+            reg.get("zz", "embedding")
+        with pytest.raises(KindMismatch, match="'r' is a rerank model but was used for a embedding request"):
+            reg.get("r", "embedding")
+        with pytest.raises(InputError, match="no default pii model configured"):
+            reg.get(None, "pii")
+
+    def test_no_default_among_several(self, tmp_path):
+        reg = Registry.load(self.config(tmp_path, [{"name": "a", "kind": "embedding"},
+                                                   {"name": "b", "kind": "embedding"}]))
+        with pytest.raises(InputError, match=r"\(several are configured \(a, b\)\); specify `model`"):
+            reg.get(None, "embedding")
+
+    def test_any_failure_stops_startup_naming_each(self, tmp_path):
+        cfg = self.config(tmp_path, [{"name": "ok", "kind": "embedding"}])
+        bad = parse_config({"models": [{"name": "ok", "kind": "embedding", "path": cfg.models[0].path},
+                                       {"name": "gone", "kind": "embedding", "path": str(tmp_path / "nope")},
+                                       {"name": "broken", "kind": "embedding", "path": cfg.models[0].path,
+                                        "file": "onnx/missing.onnx"}]})
+        with pytest.raises(ModelLoadError) as info:
+            Registry.load(bad)
+        msg = str(info.value)
+        assert msg.startswith("failed to load 2 model(s):")
+        assert "model 'gone' (models[1]): model folder" in msg
+        assert "model 'broken' (models[2]): `file: onnx/missing.onnx`" in msg
+
+    def test_pool_budget_from_server_config(self, tmp_path):
+        root = synth.write_model_dir(tmp_path / "m")
+        m = load_model(ModelConfig(name="m", kind="embedding", path=str(root), replicas=2),
+                       ServerConfig(max_queue=7, queue_timeout_ms=1500))
+        assert (m.pool.size, m.pool.max_queue, m.pool.queue_timeout_s) == (2, 7, 1.5)
+
+
+@pytest.mark.parametrize(("lengths", "rows", "tokens", "expected"), [
+    ([5, 1, 9, 3, 7], 2, 10_000, [[1, 3], [0, 4], [2]]),   # rs-infer's direct-path test
+    ([3, 3, 4, 10, 10], 4, 20, [[0, 1, 2], [3, 4]]),
+    ([1, 1, 1, 1, 1], 2, 100, [[0, 1], [2, 3], [4]]),
+    ([2, 50], 8, 20, [[0], [1]]),
+    ([], 4, 100, []),
+])
+def test_plan_batches(lengths, rows, tokens, expected):
+    assert plan_batches(lengths, rows, tokens) == expected
