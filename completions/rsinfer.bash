@@ -6,7 +6,7 @@ _rsinfer() {
     done
     case "$cmd" in
         "")
-            COMPREPLY=($(compgen -W "download inspect --version --help" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "download embed inspect serve --version --help" -- "$cur")); return ;;
         download)
             case "$prev" in
                 --revision) return ;;
@@ -17,6 +17,22 @@ _rsinfer() {
                 --cache-dir) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--revision --file --subfolder --tokenizer-hf --dtype --cache-dir --json --help -h" -- "$cur")) ;;
+        embed)
+            case "$prev" in
+                --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --format) return ;;
+                --field) return ;;
+                --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --model|-m) return ;;
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --hf) return ;;
+                --revision) return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dimensions) return ;;
+                --batch-size) return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --output -o --model -m --config -c --path --hf --revision --dtype --dimensions --normalize/--no-normalize --truncate/--no-truncate --batch-size --help -h" -- "$cur")) ;;
         inspect)
             case "$prev" in
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -30,6 +46,14 @@ _rsinfer() {
                 --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot pii tensor" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --path --hf --revision --file --subfolder --tokenizer-hf --dtype --kind --json --help -h" -- "$cur")) ;;
+        serve)
+            case "$prev" in
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --host) return ;;
+                --port) return ;;
+                --log-level) COMPREPLY=($(compgen -W "debug info warning error" -- "$cur")); return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --host --port --log-level --help -h" -- "$cur")) ;;
     esac
 }
 complete -o default -o bashdefault -F _rsinfer rsinfer

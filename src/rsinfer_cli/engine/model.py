@@ -68,6 +68,20 @@ def effective_max_len(cfg_max_len: int | None, aux: dict[str, dict]) -> tuple[in
 
 
 @dataclass
+class Timing:
+    """One request's timing record; the server turns it into metrics and headers."""
+
+    tokenize_s: float = 0.0
+    forwards: list[tuple[int, int, float]] = field(default_factory=list)  # (rows, padded tokens, seconds)
+    tokens: int = 0
+    truncated: int = 0
+
+    @property
+    def inference_s(self) -> float:
+        return sum(f[2] for f in self.forwards)
+
+
+@dataclass
 class LoadedModel:
     config: ModelConfig
     resolved: ResolvedModel
@@ -94,13 +108,19 @@ class LoadedModel:
     def hf_config(self) -> dict[str, Any]:
         return self.aux.get("config.json", {})
 
-    def run(self, output_names: list[str] | None, feeds: dict[str, Any], timeout_s: float | None = None) -> list:
-        """One forward on a free replica (waits per the pool's budget)."""
+    def run(self, output_names: list[str] | None, feeds: dict[str, Any], timing: Timing | None = None,
+            timeout_s: float | None = None) -> list:
+        """One forward on a free replica (waits per the pool's budget); recorded in `timing`."""
         with self.pool.acquire(timeout_s) as session:
+            t0 = time.perf_counter()
             try:
-                return session.run(output_names, feeds)
+                out = session.run(output_names, feeds)
             except Exception as exc:  # noqa: BLE001 - ORT raises untyped errors
                 raise InferenceError(f"inference failed for model '{self.name}': {exc}", model=self.name) from exc
+            if timing is not None:
+                ids = feeds["input_ids"]
+                timing.forwards.append((ids.shape[0], ids.shape[0] * ids.shape[1], time.perf_counter() - t0))
+            return out
 
     def card(self) -> dict[str, Any]:
         """What the model is and how it runs, for /v1/models, `inspect` and logs."""

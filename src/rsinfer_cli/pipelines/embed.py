@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +11,7 @@ import numpy as np
 
 from ..engine.batching import plan_batches
 from ..engine.inputs import Encoded
+from ..engine.model import Timing
 from ..errors import InputError, ModelLoadError
 
 OUTPUT_ORDER = ("sentence_embedding", "_pooler_output", "pooler_output", "last_hidden_state",
@@ -50,8 +52,15 @@ def l2_normalize(v: np.ndarray) -> np.ndarray:
 @dataclass
 class EmbedResult:
     vectors: np.ndarray      # [n, d] float32, in input order
-    tokens: int              # attention-mask ones summed (usage)
-    truncated: int           # rows cut at max_len
+    timing: Timing           # tokens (usage), truncated rows, stage times
+
+    @property
+    def tokens(self) -> int:
+        return self.timing.tokens
+
+    @property
+    def truncated(self) -> int:
+        return self.timing.truncated
 
 
 class EmbeddingPipeline:
@@ -111,10 +120,11 @@ class EmbeddingPipeline:
             out.append(list(row))
         return Encoded(ids=out, type_ids=[[0] * len(r) for r in out], truncated=cut)
 
-    def forward(self, ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None) -> np.ndarray:
+    def forward(self, ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None,
+                timing: Timing | None = None) -> np.ndarray:
         """One forward of already-encoded rows → pooled [n, D] float32 (before normalisation)."""
         feeds = self.model.feeds.build(ids, type_ids, self.model.encoder.pad_id)
-        (out,) = self.model.run([self.output], feeds)
+        (out,) = self.model.run([self.output], feeds, timing)
         out = np.asarray(out, dtype=np.float32)
         if self.pooled_in_graph:
             return out
@@ -122,11 +132,19 @@ class EmbeddingPipeline:
                 (np.arange(out.shape[1])[None, :] < np.array([len(r) for r in ids])[:, None]))
         return pool(out, mask, self.pooling)
 
-    def postprocess(self, vectors: np.ndarray, dimensions: int | None = None) -> np.ndarray:
+    def check_dimensions(self, dimensions: int | None) -> None:
+        """A request's `dimensions` must be 1..the model's output size (checked before any work)."""
+        if dimensions is not None and not 0 < dimensions <= (self.dim if isinstance(self.dim, int) else 1 << 30):
+            raise InputError(f"`dimensions` must be between 1 and {self.dim} for model '{self.model.name}', "
+                             f"got {dimensions}", param="dimensions")
+
+    def postprocess(self, vectors: np.ndarray, dimensions: int | None = None,
+                    normalize: bool | None = None) -> np.ndarray:
+        """Model `dimensions` → L2 normalise (model setting unless the request says) → request `dimensions`."""
         cfg_dim = self.model.config.dimensions
         if cfg_dim and cfg_dim < vectors.shape[1]:
             vectors = vectors[:, :cfg_dim]
-        if self.normalize:
+        if self.normalize if normalize is None else normalize:
             vectors = l2_normalize(vectors)
         if dimensions is not None:
             if dimensions <= 0 or dimensions > vectors.shape[1]:
@@ -136,22 +154,35 @@ class EmbeddingPipeline:
                 vectors = l2_normalize(vectors[:, :dimensions])
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
-    def run_encoded(self, enc: Encoded, dimensions: int | None = None) -> EmbedResult:
+    def run_encoded(self, enc: Encoded, dimensions: int | None = None, normalize: bool | None = None,
+                    timing: Timing | None = None) -> EmbedResult:
         """All rows in length-sorted forwards of at most max_batch rows / max_tokens padded tokens."""
-        if dimensions is not None and isinstance(self.dim, int) and not 0 < dimensions <= self.dim:
-            raise InputError(f"`dimensions` must be between 1 and {self.dim} for model '{self.model.name}', "
-                             f"got {dimensions}", param="dimensions")
+        self.check_dimensions(dimensions)
+        timing = timing or Timing()
+        timing.tokens += enc.num_tokens
+        timing.truncated += enc.truncated
         n = len(enc.ids)
         result: np.ndarray | None = None
         for batch in plan_batches(enc.lengths, self.max_rows, self.max_tokens):
             pooled = self.forward([enc.ids[i] for i in batch], [enc.type_ids[i] for i in batch]
-                                  if enc.type_ids is not None else None)
+                                  if enc.type_ids is not None else None, timing)
             if result is None:
                 result = np.empty((n, pooled.shape[1]), dtype=np.float32)
             result[batch] = pooled
         if result is None:
             result = np.empty((0, self.native_dim or 0), dtype=np.float32)
-        return EmbedResult(self.postprocess(result, dimensions), enc.num_tokens, enc.truncated)
+        return EmbedResult(self.postprocess(result, dimensions, normalize), timing)
 
-    def embed(self, texts: Sequence[str], dimensions: int | None = None, truncate: bool | None = None) -> EmbedResult:
-        return self.run_encoded(self.encode(texts, truncate=truncate), dimensions)
+    def embed(self, texts: Sequence[str] | None = None, ids: Sequence[Sequence[int]] | None = None, *,
+              dimensions: int | None = None, normalize: bool | None = None, truncate: bool | None = None,
+              direction: str = "right", param: str = "input") -> EmbedResult:
+        """Texts (or token-id rows) → vectors in input order, with usage and timing."""
+        self.check_dimensions(dimensions)
+        timing = Timing()
+        t0 = time.perf_counter()
+        if texts is not None:
+            enc = self.encode(texts, truncate=truncate, direction=direction, param=param)
+        else:
+            enc = self.encode_ids(ids or [], truncate=truncate, param=param)
+        timing.tokenize_s = time.perf_counter() - t0
+        return self.run_encoded(enc, dimensions, normalize, timing)

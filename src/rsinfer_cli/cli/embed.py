@@ -1,0 +1,97 @@
+"""Embed texts from arguments, a file or stdin (lines or JSONL) → JSONL on stdout, or a .npy file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT
+
+EXAMPLES = """
+
+Examples:
+
+  rsinfer embed --path models/minilm "first text" "second text"
+
+  cat docs.jsonl | rsinfer embed --config cfg.yaml --model minilm --field body > vectors.jsonl
+
+  rsinfer embed --hf Xenova/all-MiniLM-L6-v2 --input lines.txt --output vectors.npy
+"""
+
+
+def embed_cmd(
+    texts: list[str] = typer.Argument(None, help="Texts to embed (else --input or stdin)."),
+    input_: Path = typer.Option(None, "--input", "-i", help="File of lines or JSONL records ('-' = stdin)."),
+    fmt: str = typer.Option("auto", "--format", help="auto (JSONL when the first line is an object), lines, jsonl."),
+    field: str = typer.Option("text", "--field", help="JSONL field holding the text (dotted path: a.b)."),
+    output: Path = typer.Option(None, "--output", "-o", help="Write a float32 .npy [n, dim] instead of JSONL."),
+    model: str = typer.Option(None, "--model", "-m", help="Model name in --config."),
+    config: Path = CONFIG_OPT,
+    path: Path = PATH_OPT,
+    hf: str = HF_OPT,
+    revision: str = REVISION_OPT,
+    dtype: str = DTYPE_OPT,
+    dimensions: int = typer.Option(None, "--dimensions", help="Keep the first N dimensions, re-normalised."),
+    normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="L2-normalise the vectors."),
+    truncate: bool = typer.Option(None, "--truncate/--no-truncate",
+                                  help="Cut texts over max_len (default: the model's `truncate`)."),
+    batch_size: int = typer.Option(None, "--batch-size", help="Rows per forward (default: the model's max_batch)."),
+) -> None:
+    import dataclasses
+    import sys
+
+    from ..config import hub_cache_dir
+    from ..engine.model import load_model
+    from ..errors import ConfigError
+    from ..pipelines.embed import EmbeddingPipeline
+    from .common import model_from_options
+    from .io import NpyWriter, chunks, read_records, write_jsonl
+
+    if output is not None and output.suffix != ".npy":
+        raise ConfigError(f"--output must end in .npy, got '{output}'")
+    if batch_size is not None and batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
+    cfg, server = model_from_options(name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
+                                     kind="embedding", replicas=1)
+    if cfg.kind != "embedding":
+        raise ConfigError(f"model '{cfg.name}' is a {cfg.kind} model; `embed` needs an embedding model")
+    if batch_size:
+        cfg = dataclasses.replace(cfg, max_batch=batch_size)
+    records = read_records(texts, input_, fmt, field)
+    first = next(records, None)  # validate the input before loading the model
+    pipe = EmbeddingPipeline(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)))
+    pipe.check_dimensions(dimensions)
+    writer = None
+    stream = (r for r in ([first] if first else []))
+
+    def all_records():
+        yield from stream
+        yield from records
+
+    try:
+        for chunk in chunks(all_records(), max(cfg.max_batch * 4, 64)):
+            result = pipe.embed([r.text for r in chunk], dimensions=dimensions, normalize=normalize,
+                                truncate=truncate)
+            if output is not None:
+                if writer is None:
+                    writer = NpyWriter(output, result.vectors.shape[1])
+                writer.write(result.vectors)
+                continue
+            for r, vec in zip(chunk, result.vectors, strict=True):
+                obj = dict(r.data) if r.data is not None else {}
+                obj.update(index=r.index, embedding=vec)
+                write_jsonl(obj)
+            sys.stdout.flush()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    if output is not None:
+        if writer is None:
+            writer = NpyWriter(output, pipe.dim if isinstance(pipe.dim, int) else 0)
+        writer.close()
+        print(f"wrote {writer.rows} x {writer.dim} float32 to {output}", file=sys.stderr)
+
+
+embed_cmd.__doc__ = (__doc__ or "") + EXAMPLES

@@ -1,0 +1,152 @@
+"""Records in (arguments, a file or stdin; plain lines or JSONL), results out (JSONL on stdout).
+
+stdout carries data, stderr carries people-talk. Reading is lazy, so commands stream in constant memory.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import ConfigError, InputError
+
+FORMATS = ("auto", "lines", "jsonl")
+
+
+@dataclass
+class Record:
+    index: int                      # 0-based position among the records
+    line: int                       # 1-based line number in its source (0 for arguments)
+    text: str
+    data: dict[str, Any] | None     # the JSON object, for JSONL input
+
+
+def get_field(obj: dict[str, Any], path: str) -> Any:
+    """`a.b.c` in nested objects; KeyError when absent."""
+    cur: Any = obj
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            raise KeyError(path)
+        cur = cur[part]
+    return cur
+
+
+def _open(source: Path | None) -> tuple[IO[str], str]:
+    if source is None or str(source) == "-":
+        return sys.stdin, "<stdin>"
+    try:
+        return open(source, encoding="utf-8", newline=None), str(source)  # noqa: SIM115 - closed by the reader
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc.strerror}") from exc
+
+
+def read_records(args: Iterable[str] | None, source: Path | None, fmt: str = "auto",
+                 field: str = "text") -> Iterator[Record]:
+    """Texts from arguments if given, else from `source` (a file, `-` or None for stdin)."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
+    args = list(args or [])
+    if args:
+        if source is not None:
+            raise ConfigError("give texts as arguments or with --input, not both")
+        for i, text in enumerate(args):
+            yield Record(i, 0, text, None)
+        return
+    if source is None and sys.stdin.isatty():
+        raise ConfigError("no input: give texts as arguments, --input FILE, or pipe lines into stdin")
+    stream, name = _open(source)
+    try:
+        index = 0
+        mode = None if fmt == "auto" else fmt
+        for lineno, raw in enumerate(stream, start=1):
+            line = raw.rstrip("\n").rstrip("\r")
+            if mode is None:
+                if not line.strip():
+                    continue
+                mode = "jsonl" if line.lstrip().startswith("{") else "lines"
+            if mode == "lines":
+                yield Record(index, lineno, line, None)
+                index += 1
+                continue
+            if not line.strip():
+                continue  # blank lines between JSON records carry nothing
+            yield _json_record(line, lineno, index, name, field)
+            index += 1
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{name}: line {lineno + 1}: not UTF-8 text ({exc.reason})") from None
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+
+
+def _json_record(line: str, lineno: int, index: int, name: str, field: str) -> Record:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{name}: line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{name}: line {lineno}: expected a JSON object, got {type(data).__name__}")
+    try:
+        text = get_field(data, field)
+    except KeyError:
+        raise InputError(f"{name}: line {lineno}: no field '{field}' (use --field)") from None
+    if not isinstance(text, str):
+        raise InputError(f"{name}: line {lineno}: field '{field}' is {type(text).__name__}, not a string")
+    return Record(index, lineno, text, data)
+
+
+def chunks(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
+    chunk: list[Record] = []
+    for r in records:
+        chunk.append(r)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def write_jsonl(obj: Any, out: IO[str] | None = None) -> None:
+    from ..jsonio import dumps_line
+
+    (out or sys.stdout).write(dumps_line(obj))
+
+
+class NpyWriter:
+    """A float32 .npy written row by row (constant memory); the header's row count is fixed up on close."""
+
+    _COUNT_WIDTH = 20
+
+    def __init__(self, path: Path, dim: int) -> None:
+        self.path, self.dim, self.rows = path, dim, 0
+        self._f = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self._f.write(self._header())
+
+    def _header(self) -> bytes:
+        shape = f"({self.rows}, {self.dim})".ljust(self._COUNT_WIDTH + 8)
+        text = f"{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}"
+        total = 10 + len(text) + 1
+        text += " " * ((-total) % 64) + "\n"
+        return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode("latin1")
+
+    def write(self, rows: Any) -> None:
+        import numpy as np
+
+        arr = np.ascontiguousarray(rows, dtype="<f4")
+        self._f.write(arr.tobytes())
+        self.rows += arr.shape[0]
+
+    def close(self) -> None:
+        self._f.seek(0)
+        self._f.write(self._header())
+        self._f.close()
+
+    def abort(self) -> None:
+        self._f.close()
+        self.path.unlink(missing_ok=True)

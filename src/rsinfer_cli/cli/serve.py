@@ -1,0 +1,34 @@
+"""Run the HTTP daemon: every configured model is loaded before the listener binds."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def serve_cmd(
+    config: Path = typer.Option(..., "--config", "-c", help="YAML config file (also $RSINFER_CONFIG).",
+                                envvar="RSINFER_CONFIG", show_envvar=False),
+    host: str = typer.Option(None, "--host", help="Address to listen on (overrides server.bind)."),
+    port: int = typer.Option(None, "--port", help="Port to listen on (overrides server.bind)."),
+    log_level: str = typer.Option("info", "--log-level", help="debug, info (one line per request), warning or error."),
+) -> None:
+    from ..config import load_config
+    from ..errors import ConfigError
+
+    if log_level.lower() not in LEVELS:
+        raise ConfigError(f"--log-level must be one of {', '.join(LEVELS)}, got '{log_level}'")
+    if port is not None and not 0 <= port < 65536:
+        raise ConfigError(f"--port must be 0..65535, got {port}")
+    root = logging.getLogger()
+    root.setLevel(log_level.upper())
+    for h in root.handlers:
+        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    cfg = load_config(config)
+    from ..server.run import serve
+
+    serve(cfg, host, port)

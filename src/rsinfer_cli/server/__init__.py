@@ -1,0 +1,1 @@
+"""The aiohttp daemon: a pure app factory, routes by API family, one error→HTTP mapping, metrics."""

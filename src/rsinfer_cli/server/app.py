@@ -1,0 +1,122 @@
+"""create_app(config, registry) → web.Application: a pure factory that binds no socket."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from aiohttp import web
+
+from ..config import Config
+from ..engine.registry import Registry
+from ..errors import ConfigError
+from ..pipelines import build_pipeline
+from .admission import Gate
+from .errors import RequestTimeout, Unauthorized, response_for, status_for
+from .metrics import Metrics, QueueCollector
+from .routes import embeddings, ops
+from .state import STATE, ServerState
+
+access_log = logging.getLogger("rsinfer.access")
+log = logging.getLogger("rsinfer.server")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+OPEN_ROUTES = frozenset({"/health"})
+SERVED_KINDS = ("embedding",)
+
+
+def route_label(request: web.Request) -> str:
+    """The matched route template; `unmatched` for anything else (bounded label cardinality)."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Outermost: metrics and one access-log line per request (never the body), whatever the outcome."""
+    t0 = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:  # only if something below did not map it
+        status = exc.status
+        raise
+    finally:
+        elapsed = time.perf_counter() - t0
+        route = route_label(request)
+        metrics = request.app[STATE].metrics
+        metrics.requests.labels(route, str(status)).inc()
+        metrics.duration.labels(route).observe(elapsed)
+        access_log.info("%s %s %s %d %.1fms", request.remote, request.method, route, status, elapsed * 1000)
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The one place errors become HTTP responses (ours, aiohttp's 404/405/413, and the unexpected)."""
+    try:
+        return await handler(request)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - this is the mapping point
+        response = response_for(exc)
+        if response.status >= 500:
+            log.error("%s %s failed: %s", request.method, route_label(request), exc,
+                      exc_info=not isinstance(exc, (web.HTTPException,)) and status_for(exc)[0] == 500)
+        return response
+
+
+def guard(config: Config) -> Callable:
+    keys = [k.encode() for k in config.server.api_keys]
+    max_body = int(config.server.max_body_mb * 2**20)
+    timeout_s = config.server.request_timeout_ms / 1000
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Auth (constant-time), body cap before the body is read, and the whole-request timeout."""
+        if keys and route_label(request) not in OPEN_ROUTES:
+            header = request.headers.get("Authorization", "")
+            given = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
+            if not any([hmac.compare_digest(given, k) for k in keys]):  # noqa: C419 - compare every key
+                raise Unauthorized("missing or invalid API key; send `Authorization: Bearer <key>`")
+        if request.content_length is not None and request.content_length > max_body:
+            raise web.HTTPRequestEntityTooLarge(max_size=max_body, actual_size=request.content_length)
+        try:
+            return await asyncio.wait_for(handler(request), timeout_s)
+        except asyncio.TimeoutError:
+            raise RequestTimeout(f"request took longer than server.request_timeout_ms "
+                                 f"({config.server.request_timeout_ms} ms)") from None
+
+    return middleware
+
+
+def create_app(config: Config, registry: Registry, metrics: Metrics | None = None) -> web.Application:
+    unserved = [m for m in registry.models.values() if m.kind not in SERVED_KINDS]
+    if unserved:
+        names = ", ".join(f"'{m.name}' ({m.kind})" for m in unserved)
+        raise ConfigError(f"{config.file}: this build serves kinds {', '.join(SERVED_KINDS)} only; "
+                          f"remove or comment out {names}")
+    slots = sum(m.pool.size for m in registry.models.values())
+    app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
+                          middlewares=[observe, errors, guard(config)])
+    gates = {name: Gate(name, m.pool.size, config.server.max_queue, config.server.queue_timeout_ms / 1000)
+             for name, m in registry.models.items()}
+    state = ServerState(config=config, registry=registry,
+                        pipelines={name: build_pipeline(m) for name, m in registry.models.items()},
+                        gates=gates, executor=ThreadPoolExecutor(max_workers=slots + 1, thread_name_prefix="infer"),
+                        metrics=metrics or Metrics())
+    state.metrics.registry.register(QueueCollector(state.queue_stats))
+    app[STATE] = state
+    app.add_routes(ops.routes)
+    app.add_routes(embeddings.routes)
+
+    async def executor_lifetime(app: web.Application) -> AsyncIterator[None]:
+        yield
+        app[STATE].executor.shutdown(wait=True)
+
+    app.cleanup_ctx.append(executor_lifetime)
+    return app

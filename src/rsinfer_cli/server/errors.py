@@ -1,0 +1,93 @@
+"""The ONE mapping from errors (ours and aiohttp's) to HTTP status and the OpenAI-style error body.
+
+    {"error": {"message": str, "type": str, "param": str | null, "code": <HTTP status as int>}}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from ..errors import (
+    InferenceError,
+    InputError,
+    KindMismatch,
+    ModelNotFound,
+    PayloadTooLarge,
+    PoolTimeout,
+    RsinferError,
+    Saturated,
+)
+
+
+class RequestValidationError(InputError):
+    """The body has the wrong shape: a field of the wrong type or a required field missing (422)."""
+
+
+class Unauthorized(RsinferError):
+    type = "authentication_error"
+
+
+class RequestTimeout(RsinferError):
+    type = "timeout_error"
+
+
+STATUS: dict[type[BaseException], tuple[int, str]] = {
+    RequestValidationError: (422, "invalid_request_error"),
+    PayloadTooLarge: (413, "invalid_request_error"),
+    KindMismatch: (400, "invalid_request_error"),
+    InputError: (400, "invalid_request_error"),
+    ModelNotFound: (404, "model_not_found"),
+    Unauthorized: (401, "authentication_error"),
+    RequestTimeout: (408, "timeout_error"),
+    Saturated: (429, "rate_limit_error"),
+    PoolTimeout: (503, "timeout_error"),
+    InferenceError: (500, "server_error"),
+    RsinferError: (500, "server_error"),
+}
+
+HTTP_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+              405: "invalid_request_error", 408: "timeout_error", 413: "invalid_request_error",
+              415: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error"}
+
+
+def status_for(exc: BaseException) -> tuple[int, str]:
+    for klass in type(exc).__mro__:
+        if klass in STATUS:
+            return STATUS[klass]
+    return 500, "server_error"
+
+
+def error_body(status: int, message: str, type_: str, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": status}}
+
+
+def error_response(status: int, message: str, type_: str, param: str | None = None,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    from ..jsonio import dumps
+
+    return web.Response(status=status, body=dumps(error_body(status, message, type_, param)),
+                        content_type="application/json", headers=headers)
+
+
+def response_for(exc: BaseException) -> web.Response:
+    """The response for any exception a handler raised."""
+    if isinstance(exc, RsinferError):
+        status, type_ = status_for(exc)
+        headers = {"Retry-After": "1"} if status in (429, 503) else None
+        return error_response(status, exc.message, type_, exc.param, headers)
+    if isinstance(exc, web.HTTPException):
+        status = exc.status
+        if isinstance(exc, web.HTTPRequestEntityTooLarge):
+            message = f"request body too large: {exc.text or ''}".rstrip(": ")
+        elif isinstance(exc, web.HTTPMethodNotAllowed):
+            message = f"method {exc.method} not allowed; use {', '.join(sorted(exc.allowed_methods))}"
+        elif isinstance(exc, web.HTTPNotFound):
+            message = "no such route"
+        else:
+            message = exc.reason
+        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+        return error_response(status, message, HTTP_TYPES.get(status, "server_error" if status >= 500
+                                                               else "invalid_request_error"), None, headers)
+    return error_response(500, "internal server error", "server_error")

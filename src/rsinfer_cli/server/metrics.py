@@ -1,0 +1,67 @@
+"""Prometheus metrics on a registry of the app's own (never the global one: app factories run many times)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+HTTP_BUCKETS = tuple(0.005 * 2**i for i in range(12))          # rs-infer's exponential_buckets(0.005, 2, 12)
+STAGE_BUCKETS = tuple(0.0005 * 2**i for i in range(16))         # 0.5 ms … 16 s
+ROW_BUCKETS = tuple(2**i for i in range(11))                    # 1 … 1024 rows
+TOKEN_BUCKETS = tuple(2**i for i in range(4, 18))               # 16 … 131072 padded tokens
+
+
+class QueueCollector:
+    def __init__(self, read: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterable[Any]:
+        waiting = GaugeMetricFamily("rsinfer_queue_depth", "Requests waiting for a session slot", labels=["model"])
+        running = GaugeMetricFamily("rsinfer_forwards_running", "Forwards running now", labels=["model"])
+        for model, w, r in self.read():
+            waiting.add_metric([model], w)
+            running.add_metric([model], r)
+        return [waiting, running]
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("rsinfer_http_requests", "HTTP requests by route and status",
+                                ["route", "status"], registry=r)
+        self.duration = Histogram("rsinfer_http_request_duration_seconds", "HTTP request duration",
+                                  ["route"], buckets=HTTP_BUCKETS, registry=r)
+        self.queue_wait = Histogram("rsinfer_queue_wait_seconds", "Wait for a session slot", ["model"],
+                                    buckets=STAGE_BUCKETS, registry=r)
+        self.tokenize = Histogram("rsinfer_tokenize_seconds", "Tokenization time per request", ["model"],
+                                  buckets=STAGE_BUCKETS, registry=r)
+        self.inference = Histogram("rsinfer_inference_seconds", "Forward time (session.run)", ["model"],
+                                   buckets=STAGE_BUCKETS, registry=r)
+        self.batch_rows = Histogram("rsinfer_batch_rows", "Rows per forward", ["model"], buckets=ROW_BUCKETS,
+                                    registry=r)
+        self.batch_tokens = Histogram("rsinfer_batch_padded_tokens", "Padded tokens per forward", ["model"],
+                                      buckets=TOKEN_BUCKETS, registry=r)
+        self.tokens = Counter("rsinfer_tokens", "Input tokens processed", ["model"], registry=r)
+        self.truncated = Counter("rsinfer_truncated_inputs", "Inputs cut at max_len", ["model"], registry=r)
+
+    def observe_run(self, model: str, timing: Any, waited: float) -> None:
+        """Turn one engine timing record into metrics."""
+        self.queue_wait.labels(model).observe(waited)
+        self.tokenize.labels(model).observe(timing.tokenize_s)
+        for rows, padded, seconds in timing.forwards:
+            self.inference.labels(model).observe(seconds)
+            self.batch_rows.labels(model).observe(rows)
+            self.batch_tokens.labels(model).observe(padded)
+        self.tokens.labels(model).inc(timing.tokens)
+        if timing.truncated:
+            self.truncated.labels(model).inc(timing.truncated)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

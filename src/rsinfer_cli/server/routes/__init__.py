@@ -1,0 +1,1 @@
+"""HTTP routes by API family; each module exposes `routes: web.RouteTableDef`."""

@@ -1,0 +1,43 @@
+"""Operations: `/health`, `/v1/models`, `/metrics`."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ...jsonio import dumps
+from ..state import STATE
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/health")
+@routes.post("/health")
+async def health(request: web.Request) -> web.Response:
+    """200 once every model is loaded (the listener binds only then)."""
+    return web.Response(body=b'{"status":"ok"}', content_type="application/json")
+
+
+@routes.get("/v1/models")
+async def models(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    data = []
+    for name, m in state.registry.models.items():
+        card = m.card()
+        pipe = state.pipelines.get(name)
+        data.append({
+            "id": name, "object": "model", "created": int(state.started), "owned_by": "rsinfer",
+            "kind": m.kind, "source": card["source"], "provenance": card["provenance"],
+            "graph_file": card["graph_file"], "dtype": card["dtype"],
+            "execution_providers": card["execution_providers"], "replicas": card["replicas"],
+            "max_len": card["max_len"], "default": state.registry.defaults.get(m.kind) == name,
+            "pipeline": pipe.describe() if pipe is not None else {"kind": m.kind},
+        })
+        if "pooling" in data[-1]["pipeline"]:
+            data[-1]["pooling"] = data[-1]["pipeline"]["pooling"]
+    return web.Response(body=dumps({"object": "list", "data": data}), content_type="application/json")
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    m = request.app[STATE].metrics
+    return web.Response(body=m.render(), headers={"Content-Type": m.content_type})

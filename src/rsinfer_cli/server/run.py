@@ -1,0 +1,47 @@
+"""`rsinfer serve`: load every model, then bind, serve, and drain on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from aiohttp import web
+
+from ..config import Config
+from ..engine.registry import Registry
+from ..errors import ConfigError
+from .app import create_app
+from .state import STATE
+
+log = logging.getLogger("rsinfer.server")
+
+
+async def _serve(app: web.Application, host: str, port: int, drain_s: float) -> None:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=drain_s)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror} (server.bind, --host, --port)") from None
+    names = ", ".join(f"{n} ({m.kind})" for n, m in app[STATE].registry.models.items())
+    shown = f"[{host}]" if ":" in host else host
+    print(f"rsinfer: listening on http://{shown}:{port} serving {names}", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.warning("shutdown signal received: draining requests in flight")
+    await runner.cleanup()  # stops accepting, lets handlers in flight finish (up to drain_s), then cleans up
+    log.warning("stopped")
+
+
+def serve(config: Config, host: str | None = None, port: int | None = None) -> None:
+    registry = Registry.load(config)  # the listener binds only after every model is loaded
+    app = create_app(config, registry)
+    asyncio.run(_serve(app, host or config.server.host, port or config.server.port,
+                       config.server.request_timeout_ms / 1000 + 1))
