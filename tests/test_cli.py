@@ -139,7 +139,7 @@ class TestGenerated:
             assert f".B {int(code)}\n" in page
 
     @pytest.mark.parametrize(("words", "expected"), [
-        ("rsinfer ", {"download", "inspect", "--help", "--version"}),
+        ("rsinfer ", {"download", "embed", "inspect", "serve", "--help", "--version"}),
         ("rsinfer inspect --dt", {"--dtype"}),
         ("rsinfer inspect --dtype ", {"auto", "fp16", "fp32", "int8"}),
         ("rsinfer download org/x out --d", {"--dtype"}),

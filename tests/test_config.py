@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
 from rsinfer_cli.config import Config, load_config, parse_config
 from rsinfer_cli.errors import ConfigError
+
+from conftest import ROOT
 
 MINIMAL = "models:\n  - name: e5\n    kind: embedding\n    hf: Xenova/multilingual-e5-small\n"
 

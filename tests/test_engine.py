@@ -10,7 +10,6 @@ import numpy as np
 import onnx
 import pytest
 
-import synth
 from rsinfer_cli.config import ModelConfig, ServerConfig, parse_config
 from rsinfer_cli.engine.batching import plan_batches
 from rsinfer_cli.engine.inputs import FeedBuilder, TextEncoder
@@ -26,6 +25,8 @@ from rsinfer_cli.errors import (
     PoolTimeout,
     Saturated,
 )
+
+import synth
 
 
 def load(tmp_path: Path, model=None, **cfg) -> object:

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import synth
 from rsinfer_cli.config import ModelConfig
 from rsinfer_cli.errors import HubError, RepoAccessError
 from rsinfer_cli.hub import ModelSource, download, pick_graph, resolve
+
+import synth
 
 
 def files(*names: str) -> frozenset[str]:

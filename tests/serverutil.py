@@ -1,0 +1,109 @@
+"""Run the daemon for tests: in-process on a background loop (fast, patchable) or as a real subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rsinfer_cli.config import Config
+from rsinfer_cli.engine.registry import Registry
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """create_app() served on 127.0.0.1:<free port> from a thread with its own event loop."""
+
+    def __init__(self, config: Config, registry: Registry | None = None) -> None:
+        from rsinfer_cli.server.app import create_app
+        from rsinfer_cli.server.state import STATE
+
+        self.registry = registry or Registry.load(config)
+        self.app = create_app(config, self.registry)
+        self.state = self.app[STATE]
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="server", daemon=True)
+
+    def _run(self) -> None:
+        from aiohttp import web
+
+        asyncio.set_event_loop(self._loop)
+        self.runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=5)
+        self._loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", self.port)
+        self._loop.run_until_complete(site.start())
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self.runner.cleanup())
+        self._loop.close()
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("test server did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+
+
+class ServeProcess:
+    """`rsinfer serve` as a subprocess; ready when it prints its listening line (bounded wait)."""
+
+    def __init__(self, config_path: Path, port: int, extra_env: dict | None = None) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, **(extra_env or {})}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(config_path), "--port", str(port),
+             "--host", "127.0.0.1", "--log-level", "info"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any("listening on" in line for line in self.lines):
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError("rsinfer serve exited:\n" + "".join(self.lines))
+            time.sleep(0.05)
+        raise RuntimeError("rsinfer serve did not become ready:\n" + "".join(self.lines))
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(5)
+            self._reader.join(5)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)

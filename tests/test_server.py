@@ -1,0 +1,349 @@
+"""The daemon over real loopback HTTP: OpenAI/TEI shapes and parity, every error status with its body,
+auth, metrics, /v1/models; a real `rsinfer serve` subprocess (drain on SIGTERM); the official openai SDK."""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from rsinfer_cli.config import parse_config
+from rsinfer_cli.engine.registry import Registry
+
+from serverutil import ServeProcess, ServerThread, free_port
+
+pytestmark = pytest.mark.shared
+FP32_COS = 0.9999
+
+
+def cosine(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.fixture(scope="module")
+def ref(shared_models) -> dict:
+    return json.loads((shared_models / "all-minilm-l6-v2" / "reference.json").read_text())
+
+
+def make_config(shared_models, **server):
+    return parse_config({"server": server, "models": [
+        {"name": "mini", "kind": "embedding", "path": str(shared_models / "all-minilm-l6-v2"), "replicas": 2}]})
+
+
+@pytest.fixture(scope="module")
+def registry(shared_models) -> Registry:
+    return Registry.load(make_config(shared_models))
+
+
+@pytest.fixture(scope="module")
+def server(shared_models, registry):
+    with ServerThread(make_config(shared_models), registry) as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
+
+
+def assert_error(resp: httpx.Response, status: int, type_: str, param=None, contains: str = "") -> dict:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    err = resp.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["code"] == status and err["type"] == type_ and err["param"] == param
+    assert contains in err["message"]
+    return err
+
+
+class TestOpenAIShape:
+    def test_float_parity_and_usage(self, client, ref):
+        cases = ref["cases"]
+        r = client.post("/v1/embeddings", json={"model": "mini", "input": [c["text"] for c in cases]})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["object"] == "list" and body["model"] == "mini"
+        assert [d["index"] for d in body["data"]] == list(range(len(cases)))
+        assert all(d["object"] == "embedding" for d in body["data"])
+        worst = min(cosine(d["embedding"], c["embedding"]) for d, c in zip(body["data"], cases, strict=True))
+        assert worst >= FP32_COS
+        tokens = sum(min(c["num_tokens_untruncated"], 256) for c in cases)
+        assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+        assert r.headers["x-rsinfer-truncated"] == "1"
+
+    def test_base64_is_little_endian_float32(self, client, ref):
+        case = ref["cases"][0]
+        r = client.post("/v1/embeddings", json={"input": case["text"], "encoding_format": "base64"})
+        vec = np.frombuffer(base64.b64decode(r.json()["data"][0]["embedding"]), dtype="<f4")
+        assert vec.shape == (384,) and cosine(vec, case["embedding"]) >= FP32_COS
+        assert "x-rsinfer-truncated" not in r.headers
+
+    def test_matryoshka_dimensions(self, client, ref):
+        m = ref["matryoshka"][0]
+        r = client.post("/v1/embeddings", json={"input": [m["text"]], "dimensions": m["dimensions"]})
+        vec = r.json()["data"][0]["embedding"]
+        assert len(vec) == m["dimensions"] and np.abs(np.array(vec) - m["embedding"]).max() <= 1e-4
+
+    def test_token_id_input(self, client, ref):
+        case = ref["cases"][1]
+        single = client.post("/v1/embeddings", json={"input": case["input_ids"]}).json()
+        assert cosine(single["data"][0]["embedding"], case["embedding"]) >= FP32_COS
+        assert single["usage"]["prompt_tokens"] == len(case["input_ids"])
+        many = client.post("/v1/embeddings", json={"input": [case["input_ids"], case["input_ids"][:3]]}).json()
+        assert len(many["data"]) == 2
+
+    def test_per_request_truncate_off(self, client):
+        r = client.post("/v1/embeddings", json={"input": ["short", "word " * 400], "truncate": False})
+        assert_error(r, 400, "invalid_request_error", "input[1]", "input[1] has 402 tokens but max_len is 256")
+
+    def test_unknown_fields_ignored(self, client):
+        r = client.post("/v1/embeddings", json={"input": "x", "user": "u1", "safety_identifier": "s"})
+        assert r.status_code == 200
+
+
+class TestTeiShape:
+    def test_embed_returns_bare_vectors(self, client, ref):
+        cases = ref["cases"][:3]
+        r = client.post("/embed", json={"inputs": [c["text"] for c in cases]})
+        vecs = r.json()
+        assert isinstance(vecs, list) and len(vecs) == 3
+        assert min(cosine(v, c["embedding"]) for v, c in zip(vecs, cases, strict=True)) >= FP32_COS
+
+    def test_string_input_normalize_false_and_dimensions(self, client, ref):
+        case = ref["cases"][0]
+        raw = client.post("/embed", json={"inputs": case["text"], "normalize": False}).json()[0]
+        assert np.abs(np.array(raw) - case["embedding_unnormalized"]).max() <= 1e-4
+        short = client.post("/embed", json={"inputs": case["text"], "dimensions": 64}).json()[0]
+        assert len(short) == 64
+
+    def test_truncate_and_direction(self, client):
+        long = "word " * 400
+        r = client.post("/embed", json={"inputs": [long], "truncate": False})
+        assert_error(r, 400, "invalid_request_error", "inputs[0]", "max_len is 256")
+        right = client.post("/embed", json={"inputs": [long + "cat"], "truncate": True}).json()[0]
+        left = client.post("/embed", json={"inputs": [long + "cat"], "truncation_direction": "left"}).json()[0]
+        assert cosine(right, left) < 0.9999
+        bad = client.post("/embed", json={"inputs": ["x"], "truncation_direction": "up"})
+        assert_error(bad, 400, "invalid_request_error", "truncation_direction")
+
+
+class TestErrors:
+    def test_malformed_json(self, client):
+        r = client.post("/v1/embeddings", content=b'{"input": ', headers={"content-type": "application/json"})
+        assert_error(r, 400, "invalid_request_error", None, "malformed JSON")
+
+    def test_wrong_types_are_422(self, client):
+        assert_error(client.post("/v1/embeddings", json={"input": 5}), 422, "invalid_request_error", "input")
+        assert_error(client.post("/v1/embeddings", json={"input": ["a", 1]}), 422, "invalid_request_error",
+                     "input[1]")
+        assert_error(client.post("/v1/embeddings", json={"input": "a", "dimensions": "8"}), 422,
+                     "invalid_request_error", "dimensions")
+        assert_error(client.post("/v1/embeddings", json=["a"]), 422, "invalid_request_error")
+
+    def test_validation_400s(self, client):
+        assert_error(client.post("/v1/embeddings", json={"input": []}), 400, "invalid_request_error", "input",
+                     "`input` is empty")
+        assert_error(client.post("/v1/embeddings", json={}), 400, "invalid_request_error", "input")
+        assert_error(client.post("/v1/embeddings", json={"input": "a", "encoding_format": "flaot"}), 400,
+                     "invalid_request_error", "encoding_format")
+        for dims in (0, 1000):
+            assert_error(client.post("/v1/embeddings", json={"input": "a", "dimensions": dims}), 400,
+                         "invalid_request_error", "dimensions")
+        assert_error(client.post("/v1/embeddings", json={"input": [[101, -5]]}), 400, "invalid_request_error",
+                     "input[0]", "outside the vocabulary")
+
+    def test_unknown_model_404(self, client):
+        assert_error(client.post("/v1/embeddings", json={"model": "gpt", "input": "a"}), 404, "model_not_found",
+                     "model", "model 'gpt' not found")
+
+    def test_route_and_method(self, client):
+        assert_error(client.get("/v2/nothing"), 404, "not_found_error")
+        r = client.get("/v1/embeddings")
+        assert_error(r, 405, "invalid_request_error")
+        assert "POST" in r.headers["allow"]
+
+    def test_too_many_inputs_413(self, client):
+        assert_error(client.post("/v1/embeddings", json={"input": ["a"] * 2049}), 413, "invalid_request_error",
+                     "input", "2049 items")
+
+
+class TestLimits:
+    def test_body_cap_413_before_parsing(self, shared_models, registry):
+        with ServerThread(make_config(shared_models, max_body_mb=0.001), registry) as srv, \
+                httpx.Client(base_url=srv.url) as c:
+            r = c.post("/v1/embeddings", content=b"x" * 5000)  # not even JSON: refused on its length
+            assert_error(r, 413, "invalid_request_error")
+
+    def test_request_timeout_408(self, shared_models, registry):
+        with ServerThread(make_config(shared_models, request_timeout_ms=50), registry) as srv, \
+                httpx.Client(base_url=srv.url) as c:
+            pipe = srv.state.pipelines["mini"]
+            slow = pipe.embed
+
+            def sleepy(*a, **k):
+                time.sleep(0.3)
+                return slow(*a, **k)
+
+            pipe.embed = sleepy
+            try:
+                assert_error(c.post("/v1/embeddings", json={"input": "a"}), 408, "timeout_error")
+            finally:
+                del pipe.embed
+            time.sleep(0.4)  # the worker finishes and gives its slot back
+            assert srv.state.gates["mini"].running == 0
+
+    def _hold_both_replicas(self, srv, release: threading.Event):
+        pipe = srv.state.pipelines["mini"]
+        slow = pipe.embed
+
+        def held(*a, **k):
+            release.wait(10)
+            return slow(*a, **k)
+
+        pipe.embed = held
+        threads = [threading.Thread(target=lambda: httpx.post(srv.url + "/v1/embeddings", json={"input": "a"},
+                                                              timeout=30)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while srv.state.gates["mini"].running < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return threads
+
+    def test_saturated_429_and_queue_timeout_503(self, shared_models, registry):
+        with ServerThread(make_config(shared_models, max_queue=0), registry) as srv:
+            release = threading.Event()
+            threads = self._hold_both_replicas(srv, release)
+            try:
+                r = httpx.post(srv.url + "/v1/embeddings", json={"input": "a"}, timeout=30)
+                assert_error(r, 429, "rate_limit_error", None, "saturated")
+                assert r.headers["retry-after"] == "1"
+            finally:
+                release.set()
+                for t in threads:
+                    t.join(30)
+                del srv.state.pipelines["mini"].embed
+        with ServerThread(make_config(shared_models, max_queue=4, queue_timeout_ms=100), registry) as srv:
+            release = threading.Event()
+            threads = self._hold_both_replicas(srv, release)
+            try:
+                r = httpx.post(srv.url + "/v1/embeddings", json={"input": "a"}, timeout=30)
+                assert_error(r, 503, "timeout_error", None, "timed out after 100 ms")
+            finally:
+                release.set()
+                for t in threads:
+                    t.join(30)
+                del srv.state.pipelines["mini"].embed
+
+
+class TestAuth:
+    def test_keys_required_except_health(self, shared_models, registry):
+        with ServerThread(make_config(shared_models, api_keys=["k1", "k2"]), registry) as srv, \
+                httpx.Client(base_url=srv.url) as c:
+            assert c.get("/health").status_code == 200
+            assert_error(c.post("/v1/embeddings", json={"input": "a"}), 401, "authentication_error")
+            assert_error(c.get("/metrics", headers={"Authorization": "Bearer nope"}), 401, "authentication_error")
+            ok = c.post("/v1/embeddings", json={"input": "a"}, headers={"Authorization": "Bearer k2"})
+            assert ok.status_code == 200
+            assert c.get("/v1/models", headers={"Authorization": "bearer k1"}).status_code == 200
+
+    def test_no_keys_no_auth(self, client):
+        assert client.get("/v1/models").status_code == 200
+
+
+class TestOps:
+    def test_health(self, client):
+        assert client.get("/health").json() == {"status": "ok"}
+        assert client.post("/health").json() == {"status": "ok"}
+
+    def test_models_card(self, client):
+        body = client.get("/v1/models").json()
+        assert body["object"] == "list"
+        (card,) = body["data"]
+        assert card["id"] == "mini" and card["object"] == "model" and card["kind"] == "embedding"
+        assert card["graph_file"] == "onnx/model.onnx" and card["execution_providers"] == ["cpu"]
+        assert card["replicas"] == 2 and card["max_len"] == 256 and card["default"] is True
+        assert card["pooling"] == "mean" and card["source"].startswith("path:")
+        assert card["provenance"]["file"] == "onnx/model.onnx"
+
+    def test_metrics_count_requests(self, client):
+        client.post("/v1/embeddings", json={"input": "count me"})
+        client.get("/no-such-route")
+        r = client.get("/metrics")
+        assert r.headers["content-type"].startswith("text/plain")
+        text = r.text
+        line = next(x for x in text.splitlines()
+                    if x.startswith('rsinfer_http_requests_total{route="/v1/embeddings",status="200"}'))
+        assert float(line.split()[-1]) >= 1
+        assert 'rsinfer_http_requests_total{route="unmatched",status="404"}' in text
+        assert 'rsinfer_http_request_duration_seconds_bucket{le="0.005",route="/v1/embeddings"}' in text
+        assert 'rsinfer_queue_depth{model="mini"}' in text
+        assert 'rsinfer_inference_seconds_count{model="mini"}' in text
+        assert 'rsinfer_batch_rows_bucket{le="1.0",model="mini"}' in text
+
+
+class TestOpenAISdk:
+    def test_embeddings_create_both_encodings(self, server, ref):
+        from openai import OpenAI
+
+        sdk = OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+        cases = ref["cases"][:4]
+        texts = [c["text"] for c in cases]
+        default = sdk.embeddings.create(model="mini", input=texts)  # the SDK asks for base64 and decodes it
+        floats = sdk.embeddings.create(model="mini", input=texts, encoding_format="float")
+        for resp in (default, floats):
+            assert [d.index for d in resp.data] == [0, 1, 2, 3]
+            assert min(cosine(d.embedding, c["embedding"]) for d, c in zip(resp.data, cases, strict=True)) >= FP32_COS
+            assert resp.usage.prompt_tokens > 0
+        with pytest.raises(Exception) as info:
+            sdk.embeddings.create(model="nope", input="x")
+        assert getattr(info.value, "status_code", None) == 404
+
+
+class TestServeProcess:
+    def test_serve_subprocess_drains_on_sigterm(self, shared_models, tmp_path, ref):
+        port = free_port()
+        cfg = tmp_path / "serve.yaml"
+        cfg.write_text(f"server: {{bind: '127.0.0.1:{port}'}}\nmodels:\n"
+                       f"  - {{name: mini, kind: embedding, path: '{shared_models / 'all-minilm-l6-v2'}', "
+                       "replicas: 1}\n")
+        srv = ServeProcess(cfg, port)
+        try:
+            srv.wait_ready()
+            with httpx.Client(base_url=srv.url, timeout=60) as c:
+                r = c.post("/v1/embeddings", json={"input": ref["cases"][0]["text"]})
+                assert cosine(r.json()["data"][0]["embedding"], ref["cases"][0]["embedding"]) >= FP32_COS
+                assert_error(c.post("/v1/embeddings", content=b"{oops"), 400, "invalid_request_error")
+                assert 'rsinfer_http_requests_total{route="/v1/embeddings",status="400"} 1.0' in c.get("/metrics").text
+            # a request in flight when SIGTERM arrives still gets its 200
+            results: list = []
+            big = {"input": ["a long sentence about the history of printing presses " * 12] * 400}
+            t = threading.Thread(target=lambda: results.append(httpx.post(srv.url + "/v1/embeddings", json=big,
+                                                                          timeout=120)))
+            t.start()
+            deadline = time.monotonic() + 30
+            in_flight = False
+            while not in_flight and t.is_alive() and time.monotonic() < deadline:
+                in_flight = 'rsinfer_forwards_running{model="mini"} 1.0' in httpx.get(srv.url + "/metrics").text
+                time.sleep(0.01)
+            assert in_flight, "the big request should still be running"
+            srv.proc.send_signal(signal.SIGTERM)
+            t.join(120)
+            assert results and results[0].status_code == 200
+            assert len(results[0].json()["data"]) == 400
+            assert srv.proc.wait(60) == 0
+            assert "draining" in srv.output
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(srv.url + "/health", timeout=2)
+        finally:
+            srv.stop()
+        access = [x for x in srv.lines if "rsinfer.access" in x]
+        assert access and not any("printing presses" in x for x in srv.lines)  # never the body
