@@ -18,11 +18,11 @@ dev: $(BIN)/python            ## rsinfer plus the test tools
 	$(PIP) install -q -e '.[test]'
 
 test: dev                     ## lint, then the whole suite (no network; reference models from ../shared/models)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/pytest
 
 lint: dev
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests benchmarks
 
 serve: install                ## start the daemon on $(CONFIG) (models are pulled from the Hub on first start)
 	$(BIN)/rsinfer serve --config $(CONFIG)

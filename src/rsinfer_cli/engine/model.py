@@ -135,6 +135,19 @@ class LoadedModel:
         }
 
 
+def _trial_forward(name: str, sessions: list, feeds: FeedBuilder, encoder: TextEncoder) -> None:
+    """One tiny forward per replica: a graph that cannot run fails at start-up, and the first request
+    does not pay ORT's lazy initialisation."""
+    enc = encoder.encode(["warm up"])
+    trial = feeds.build(enc.ids, enc.type_ids, encoder.pad_id)
+    first_output = [sessions[0].get_outputs()[0].name]
+    for session in sessions:
+        try:
+            session.run(first_output, trial)
+        except Exception as exc:  # noqa: BLE001 - ORT raises untyped errors
+            raise ModelLoadError(f"model '{name}' fails a trial forward: {exc}", model=name) from exc
+
+
 def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: Path | None = None,
                progress: Any = None) -> LoadedModel:
     """Resolve, build `replicas` sessions, and check at load time that every graph input can be filled."""
@@ -156,6 +169,7 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     graph = graph_info(sessions[0])
     feeds = FeedBuilder(graph, cfg.name)
     encoder = TextEncoder(resolved.tokenizer_path, max_len, truncate=cfg.truncate, model=cfg.name)
+    _trial_forward(cfg.name, sessions, feeds, encoder)
     size = resolved.graph_path.stat().st_size + sum(
         (resolved.graph_path.parent / Path(rel).name).stat().st_size for rel in resolved.external_data)
     pool = SessionPool(sessions, max_queue=server.max_queue, queue_timeout_s=server.queue_timeout_ms / 1000,
