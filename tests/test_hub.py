@@ -248,3 +248,42 @@ class TestDownload:
         publish(fake_hub, "org/emb", model_dir)
         with pytest.raises(HubError):
             download(ModelSource(hf="org/emb", file="../../etc/model.onnx"), tmp_path / "o", tmp_path / "c")
+
+
+class Recorder:
+    """A hub.Progress that remembers what it was told."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, int | None] = {}
+        self.bytes: dict[str, int] = {}
+        self.finished: list[str] = []
+
+    def start(self, name, total):
+        self.started[name] = total
+
+    def advance(self, name, n):
+        self.bytes[name] = self.bytes.get(name, 0) + n
+
+    def done(self, name):
+        self.finished.append(name)
+
+
+def test_download_reports_byte_progress(fake_hub, model_dir, tmp_path):
+    publish(fake_hub, "org/emb", model_dir)
+    rec = Recorder()
+    download(ModelSource(hf="org/emb"), tmp_path / "out", cache_dir=tmp_path / "cache", progress=rec)
+    size = (model_dir / "onnx/model.onnx").stat().st_size
+    assert rec.started["onnx/model.onnx"] == size
+    assert rec.bytes["onnx/model.onnx"] == size
+    assert "onnx/model.onnx" in rec.finished
+
+
+def test_server_hf_cache_dir_is_used(fake_hub, model_dir, tmp_path):
+    from rsinfer_cli.config import parse_config
+    from rsinfer_cli.engine.registry import Registry
+
+    publish(fake_hub, "org/emb", model_dir)
+    cfg = parse_config({"server": {"hf_cache_dir": str(tmp_path / "cache")},
+                        "models": [{"name": "e", "kind": "embedding", "hf": "org/emb", "replicas": 1}]})
+    reg = Registry.load(cfg)
+    assert (tmp_path / "cache" / "hf") in reg.models["e"].resolved.graph_path.parents
