@@ -6,7 +6,7 @@ _rsinfer() {
     done
     case "$cmd" in
         "")
-            COMPREPLY=($(compgen -W "download embed inspect serve --version --help" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "download embed inspect rerank serve --version --help" -- "$cur")); return ;;
         download)
             case "$prev" in
                 --revision) return ;;
@@ -46,6 +46,21 @@ _rsinfer() {
                 --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot pii tensor" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --path --hf --revision --file --subfolder --tokenizer-hf --dtype --kind --json --help -h" -- "$cur")) ;;
+        rerank)
+            case "$prev" in
+                --query|-q) return ;;
+                --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --format) return ;;
+                --field) return ;;
+                --top-n) return ;;
+                --model|-m) return ;;
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --hf) return ;;
+                --revision) return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--query -q --input -i --format --field --top-n --raw --table --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --help -h" -- "$cur")) ;;
         serve)
             case "$prev" in
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;

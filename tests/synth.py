@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-WORDS = ["hello", "world", "the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
+WORDS = ["hello", "world", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "yes", "no"]
 VOCAB = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, **{w: i + 4 for i, w in enumerate(WORDS)}}
 DIM = 4
 
@@ -104,3 +104,62 @@ def write_model_dir(root: Path, *, graph_rel: str = "onnx/model.onnx", model=Non
 
 def dir_files(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def vocab_logits_graph(seed: int = 3):
+    """A decoder-style scorer: logits [B, S, V] where position t holds the sum of table[ids[:t+1]] (CumSum),
+    so the last real token's logits depend on every real token and on none of the padding."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    seq = ["batch_size", "sequence_length"]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, seq),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, seq)]
+    nodes = [helper.make_node("Gather", ["table", "input_ids"], ["rows"]),
+             helper.make_node("CumSum", ["rows", "axis1"], ["logits"]),
+             helper.make_node("Identity", ["attention_mask"], ["mask_out"])]
+    vocab_dims = ["batch_size", "sequence_length", len(VOCAB)]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, vocab_dims),
+               helper.make_tensor_value_info("mask_out", TensorProto.INT64, seq)]
+    inits = [numpy_helper.from_array(vocab_table(seed), "table"),
+             numpy_helper.from_array(np.array(1, dtype=np.int64), "axis1")]
+    model = helper.make_model(helper.make_graph(nodes, "vocab_scorer", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def vocab_table(seed: int = 3) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((len(VOCAB), len(VOCAB))).astype(np.float32)
+
+
+def classifier_graph(num_labels: int, seed: int = 5):
+    """A cross-encoder-like classifier: logits [B, num_labels] = mean over real tokens of table[ids]
+    (token type ids shift the ids so the pair's second text counts differently)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    seq = ["batch_size", "sequence_length"]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, seq)
+              for n in ("input_ids", "attention_mask", "token_type_ids")]
+    nodes = [helper.make_node("Mul", ["token_type_ids", "shift"], ["shifted"]),
+             helper.make_node("Add", ["input_ids", "shifted"], ["ids2"]),
+             helper.make_node("Gather", ["table", "ids2"], ["rows"]),
+             helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["maskf", "axis_last"], ["mask3"]),
+             helper.make_node("Mul", ["rows", "mask3"], ["masked"]),
+             helper.make_node("ReduceSum", ["masked", "axis1"], ["summed"], keepdims=0),
+             helper.make_node("ReduceSum", ["mask3", "axis1"], ["count"], keepdims=0),
+             helper.make_node("Div", ["summed", "count"], ["logits"])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch_size", num_labels])]
+    table = np.random.default_rng(seed).standard_normal((2 * len(VOCAB), num_labels)).astype(np.float32)
+    inits = [numpy_helper.from_array(table, "table"),
+             numpy_helper.from_array(np.array(len(VOCAB), dtype=np.int64), "shift"),
+             numpy_helper.from_array(np.array([-1], dtype=np.int64), "axis_last"),
+             numpy_helper.from_array(np.array([1], dtype=np.int64), "axis1")]
+    model = helper.make_model(helper.make_graph(nodes, "classifier", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model, table

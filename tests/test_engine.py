@@ -241,7 +241,7 @@ class TestRegistry:
         assert reg.get("a", "embedding").name == "a"
         with pytest.raises(ModelNotFound, match="model 'zz' not found"):
             reg.get("zz", "embedding")
-        with pytest.raises(KindMismatch, match="'r' is a rerank model but was used for a embedding request"):
+        with pytest.raises(KindMismatch, match="'r' is a rerank model but was used for an embedding request"):
             reg.get("r", "embedding")
         with pytest.raises(InputError, match="no default pii model configured"):
             reg.get(None, "pii")

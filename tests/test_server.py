@@ -294,7 +294,11 @@ class TestOpenAISdk:
     def test_embeddings_create_both_encodings(self, server, ref):
         from openai import OpenAI
 
-        sdk = OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+        with OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=30) as sdk:
+            self.check(sdk, ref)
+
+    @staticmethod
+    def check(sdk, ref):
         cases = ref["cases"][:4]
         texts = [c["text"] for c in cases]
         default = sdk.embeddings.create(model="mini", input=texts)  # the SDK asks for base64 and decodes it

@@ -63,6 +63,10 @@ class Registry:
         if model is None:
             raise ModelNotFound(f"model '{name}' not found", param="model", model=name)
         if model.kind != kind:
-            raise KindMismatch(f"model '{name}' is a {model.kind} model but was used for a {kind} request",
+            raise KindMismatch(f"model '{name}' is {_a(model.kind)} model but was used for {_a(kind)} request",
                                param="model", model=name)
         return model
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"

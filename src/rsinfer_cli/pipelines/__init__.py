@@ -11,6 +11,10 @@ def build_pipeline(model: Any) -> Any:
         from .embed import EmbeddingPipeline
 
         return EmbeddingPipeline(model)
+    if model.kind == "rerank":
+        from .rerank import RerankPipeline
+
+        return RerankPipeline(model)
     return None
 
 

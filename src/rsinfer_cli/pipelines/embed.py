@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.batching import plan_batches
 from ..engine.inputs import Encoded
 from ..engine.model import Timing
 from ..errors import InputError, ModelLoadError
+from .base import forward_rows
 
 OUTPUT_ORDER = ("sentence_embedding", "_pooler_output", "pooler_output", "last_hidden_state",
                 "token_embeddings", "output0")
@@ -120,17 +120,10 @@ class EmbeddingPipeline:
             out.append(list(row))
         return Encoded(ids=out, type_ids=[[0] * len(r) for r in out], truncated=cut)
 
-    def forward(self, ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None,
-                timing: Timing | None = None) -> np.ndarray:
-        """One forward of already-encoded rows → pooled [n, D] float32 (before normalisation)."""
-        feeds = self.model.feeds.build(ids, type_ids, self.model.encoder.pad_id)
-        (out,) = self.model.run([self.output], feeds, timing)
+    def reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """One forward's output → pooled [n, D] float32 (before normalisation)."""
         out = np.asarray(out, dtype=np.float32)
-        if self.pooled_in_graph:
-            return out
-        mask = (feeds["attention_mask"] if "attention_mask" in feeds else
-                (np.arange(out.shape[1])[None, :] < np.array([len(r) for r in ids])[:, None]))
-        return pool(out, mask, self.pooling)
+        return out if self.pooled_in_graph else pool(out, mask, self.pooling)
 
     def check_dimensions(self, dimensions: int | None) -> None:
         """A request's `dimensions` must be 1..the model's output size (checked before any work)."""
@@ -159,19 +152,11 @@ class EmbeddingPipeline:
         """All rows in length-sorted forwards of at most max_batch rows / max_tokens padded tokens."""
         self.check_dimensions(dimensions)
         timing = timing or Timing()
-        timing.tokens += enc.num_tokens
-        timing.truncated += enc.truncated
-        n = len(enc.ids)
-        result: np.ndarray | None = None
-        for batch in plan_batches(enc.lengths, self.max_rows, self.max_tokens):
-            pooled = self.forward([enc.ids[i] for i in batch], [enc.type_ids[i] for i in batch]
-                                  if enc.type_ids is not None else None, timing)
-            if result is None:
-                result = np.empty((n, pooled.shape[1]), dtype=np.float32)
-            result[batch] = pooled
-        if result is None:
-            result = np.empty((0, self.native_dim or 0), dtype=np.float32)
-        return EmbedResult(self.postprocess(result, dimensions, normalize), timing)
+        pooled = forward_rows(self.model, enc, self.output, self.reduce, max_rows=self.max_rows,
+                              max_tokens=self.max_tokens, timing=timing)
+        if not len(enc.ids):
+            pooled = np.empty((0, self.native_dim or 0), dtype=np.float32)
+        return EmbedResult(self.postprocess(pooled, dimensions, normalize), timing)
 
     def embed(self, texts: Sequence[str] | None = None, ids: Sequence[Sequence[int]] | None = None, *,
               dimensions: int | None = None, normalize: bool | None = None, truncate: bool | None = None,

@@ -18,14 +18,14 @@ from ..pipelines import build_pipeline
 from .admission import Gate
 from .errors import RequestTimeout, Unauthorized, response_for, status_for
 from .metrics import Metrics, QueueCollector
-from .routes import embeddings, ops
+from .routes import embeddings, ops, rerank
 from .state import STATE, ServerState
 
 access_log = logging.getLogger("rsinfer.access")
 log = logging.getLogger("rsinfer.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_ROUTES = frozenset({"/health"})
-SERVED_KINDS = ("embedding",)
+SERVED_KINDS = ("embedding", "rerank")
 
 
 def route_label(request: web.Request) -> str:
@@ -113,6 +113,7 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     app[STATE] = state
     app.add_routes(ops.routes)
     app.add_routes(embeddings.routes)
+    app.add_routes(rerank.routes)
 
     async def executor_lifetime(app: web.Application) -> AsyncIterator[None]:
         yield

@@ -1,0 +1,74 @@
+"""Score documents against a query with a cross-encoder; JSONL sorted by score, or a table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT
+
+EXAMPLES = """
+
+Examples:
+
+  rsinfer rerank --path models/ms-marco --query "capital of France" "Paris is ..." "Berlin is ..."
+
+  rsinfer rerank --config cfg.yaml --model ms-marco -q "refund policy" --input docs.jsonl --field body --top-n 5
+"""
+
+
+def rerank_cmd(
+    documents: list[str] = typer.Argument(None, help="Documents to score (else --input or stdin)."),
+    query: str = typer.Option(..., "--query", "-q", help="The query every document is scored against."),
+    input_: Path = typer.Option(None, "--input", "-i", help="File of lines or JSONL records ('-' = stdin)."),
+    fmt: str = typer.Option("auto", "--format", help="auto (JSONL when the first line is an object), lines, jsonl."),
+    field: str = typer.Option("text", "--field", help="JSONL field holding the document (dotted path: a.b)."),
+    top_n: int = typer.Option(None, "--top-n", help="Keep the N best documents."),
+    raw: bool = typer.Option(False, "--raw", help="Raw logits instead of scores in (0, 1)."),
+    table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
+    model: str = typer.Option(None, "--model", "-m", help="Model name in --config."),
+    config: Path = CONFIG_OPT,
+    path: Path = PATH_OPT,
+    hf: str = HF_OPT,
+    revision: str = REVISION_OPT,
+    dtype: str = DTYPE_OPT,
+    truncate: bool = typer.Option(None, "--truncate/--no-truncate",
+                                  help="Cut pairs over max_len (default: the model's `truncate`)."),
+) -> None:
+    from ..config import hub_cache_dir
+    from ..engine.model import load_model
+    from ..errors import ConfigError
+    from ..pipelines.rerank import RerankPipeline, ranked
+    from .common import model_from_options
+    from .io import read_records, write_jsonl
+
+    if top_n is not None and top_n < 0:
+        raise ConfigError(f"--top-n must be >= 0, got {top_n}")
+    cfg, server = model_from_options(name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
+                                     kind="rerank", replicas=1)
+    if cfg.kind != "rerank":
+        raise ConfigError(f"model '{cfg.name}' is a {cfg.kind} model; `rerank` needs a rerank model")
+    records = list(read_records(documents, input_, fmt, field))  # ranking needs every document
+    pipe = RerankPipeline(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)))
+    result = pipe.rerank(query, [r.text for r in records], raw=raw, truncate=truncate)
+    order = ranked(result.scores, top_n)
+    if table:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=f"{query}  ({pipe.rule(raw)})", title_justify="left")
+        for col, justify in (("rank", "right"), ("index", "right"), ("score", "right"), ("document", "left")):
+            t.add_column(col, justify=justify)  # type: ignore[arg-type]
+        for rank, i in enumerate(order, start=1):
+            text = records[i].text
+            t.add_row(str(rank), str(i), f"{result.scores[i]:.4f}", text if len(text) < 100 else text[:97] + "...")
+        Console().print(t)
+        return
+    for i in order:
+        r = records[i]
+        write_jsonl({"index": i, "score": float(result.scores[i]), **(r.data if r.data is not None else
+                                                                       {"text": r.text})})
+
+
+rerank_cmd.__doc__ = (__doc__ or "") + EXAMPLES

@@ -1,0 +1,159 @@
+"""Rerank: (query, document) pairs → one relevance score each, by a rule chosen and checked at load time.
+
+    output [B,1]    sigmoid(l)                 | logit: l
+    output [B,2]    softmax(l)[1]              | logit: l1 - l0      (sigmoid: sigmoid(l1 - l0), the same)
+    output [B,S,V]  softmax([l_no, l_yes])[1]  | logit: l_yes - l_no   at each row's last real token
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..engine.inputs import Encoded
+from ..engine.model import Timing
+from ..errors import InferenceError, ModelLoadError, TokenizeError
+from .base import LOGIT_OUTPUTS, forward_rows, last_token_index, pick_output
+
+ALLOWED = {
+    "one": ("sigmoid", "logit"),
+    "two": ("softmax", "sigmoid", "logit"),
+    "vocab": ("yes_no", "sigmoid", "softmax", "logit"),
+}
+AUTO = {"one": "sigmoid", "two": "softmax", "vocab": "yes_no"}
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@dataclass
+class ScoreResult:
+    scores: np.ndarray     # float64, one per pair, in input order
+    timing: Timing
+
+    @property
+    def tokens(self) -> int:
+        return self.timing.tokens
+
+    @property
+    def truncated(self) -> int:
+        return self.timing.truncated
+
+
+class RerankPipeline:
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        cfg = model.config
+        self.output = pick_output(model, LOGIT_OUTPUTS)
+        shape = model.graph.output(self.output).shape
+        if len(shape) == 2 and shape[-1] in (1, 2):
+            self.layout = "one" if shape[-1] == 1 else "two"
+        elif len(shape) == 3:
+            self.layout = "vocab"
+        else:
+            raise ModelLoadError(f"model '{cfg.name}': rerank output '{self.output}' has shape {list(shape)}; "
+                                 "expected [batch, 1], [batch, 2] or [batch, seq, vocab]", model=cfg.name)
+        self.scoring = AUTO[self.layout] if cfg.scoring == "auto" else cfg.scoring
+        if self.scoring not in ALLOWED[self.layout]:
+            raise ModelLoadError(
+                f"model '{cfg.name}': scoring '{self.scoring}' does not fit output '{self.output}' {list(shape)}; "
+                f"use one of {', '.join(ALLOWED[self.layout])} (or auto)", model=cfg.name)
+        self.yes_no: tuple[int, int] | None = None
+        if self.layout == "vocab":
+            self.yes_no = (self._single_token(cfg.name, "no"), self._single_token(cfg.name, "yes"))
+        self.max_rows = cfg.max_batch
+        self.max_tokens = cfg.batching.max_tokens
+
+    def _single_token(self, name: str, word: str) -> int:
+        tok = self.model.encoder.tokenizer
+        ids = tok.encode(word, add_special_tokens=False).ids
+        if len(ids) != 1:
+            raise ModelLoadError(f"model '{name}': yes/no scoring needs '{word}' to be a single token, but the "
+                                 f"tokenizer splits it into {len(ids)} tokens {ids}", model=name)
+        if tok.id_to_token(ids[0]) in ("[UNK]", "<unk>", "<|unk|>"):
+            raise ModelLoadError(f"model '{name}': yes/no scoring needs '{word}' in the vocabulary; the tokenizer "
+                                 "maps it to the unknown token", model=name)
+        return ids[0]
+
+    def rule(self, raw: bool = False) -> str:
+        mode = "logit" if raw else self.scoring
+        return {
+            ("one", "sigmoid"): "sigmoid(logit)", ("one", "logit"): "raw logit",
+            ("two", "softmax"): "softmax(logits)[1]", ("two", "sigmoid"): "sigmoid(l1 - l0)",
+            ("two", "logit"): "l1 - l0",
+            ("vocab", "logit"): "logit(yes) - logit(no) at the last token",
+        }.get((self.layout, mode), "softmax([logit(no), logit(yes)])[1] at the last token")
+
+    def describe(self) -> dict[str, Any]:
+        shape = list(self.model.graph.output(self.output).shape)
+        info = {"kind": "rerank", "output": self.output, "output_shape": shape, "scoring": self.scoring,
+                "rule": self.rule()}
+        if self.yes_no:
+            info["yes_no_token_ids"] = {"no": self.yes_no[0], "yes": self.yes_no[1]}
+        return info
+
+    # ------------------------------------------------------------ rows
+
+    def _reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        if self.layout == "vocab":
+            assert self.yes_no is not None
+            last = out[np.arange(out.shape[0]), last_token_index(mask)]
+            return last[:, list(self.yes_no)].astype(np.float64)  # [n, 2] = [no, yes]
+        return np.asarray(out, dtype=np.float64).reshape(out.shape[0], -1)
+
+    def _scores(self, logits: np.ndarray, raw: bool) -> np.ndarray:
+        mode = "logit" if raw else self.scoring
+        if self.layout == "one":
+            return logits[:, 0] if mode == "logit" else sigmoid(logits[:, 0])
+        diff = logits[:, 1] - logits[:, 0]
+        return diff if mode == "logit" else sigmoid(diff)  # softmax over two = sigmoid of the difference
+
+    def encode_pairs(self, queries: Sequence[str], docs: Sequence[str], truncate: bool | None = None,
+                     direction: str = "right", param: str = "documents") -> Encoded:
+        """Pair-template encoding; over max_len the document is cut, not the query, while the query fits."""
+        enc = self.model.encoder
+        try:
+            return enc.encode(queries, docs, strategy="only_second", direction=direction, truncate=truncate,
+                              param=param)
+        except TokenizeError:
+            # some query alone fills max_len: cut the longest side instead, as the reference libraries do
+            return enc.encode(queries, docs, strategy="longest_first", direction=direction, truncate=truncate,
+                              param=param)
+
+    def cut_documents(self, docs: Sequence[str], max_tokens: int) -> list[str]:
+        """Each document held to `max_tokens` tokens (Cohere's max_tokens_per_doc), cut at a token boundary."""
+        tok = self.model.encoder.tokenizer
+        out = []
+        for doc, e in zip(docs, tok.encode_batch(list(docs), add_special_tokens=False), strict=True):
+            out.append(doc[: e.offsets[max_tokens - 1][1]] if len(e.ids) > max_tokens else doc)
+        return out
+
+    def score_pairs(self, queries: Sequence[str], docs: Sequence[str], *, raw: bool = False,
+                    truncate: bool | None = None, direction: str = "right", param: str = "documents") -> ScoreResult:
+        timing = Timing()
+        t0 = time.perf_counter()
+        enc = self.encode_pairs(queries, docs, truncate, direction, param)
+        timing.tokenize_s = time.perf_counter() - t0
+        logits = forward_rows(self.model, enc, self.output, self._reduce, max_rows=self.max_rows,
+                              max_tokens=self.max_tokens, timing=timing)
+        scores = self._scores(logits, raw) if len(docs) else np.empty((0,))
+        if not np.all(np.isfinite(scores)):
+            raise InferenceError(f"model '{self.model.name}' produced a non-finite score", model=self.model.name)
+        return ScoreResult(scores, timing)
+
+    def rerank(self, query: str, docs: Sequence[str], *, raw: bool = False, truncate: bool | None = None,
+               direction: str = "right", max_tokens_per_doc: int | None = None) -> ScoreResult:
+        if max_tokens_per_doc is not None:
+            docs = self.cut_documents(docs, max_tokens_per_doc)
+        return self.score_pairs([query] * len(docs), docs, raw=raw, truncate=truncate, direction=direction)
+
+
+def ranked(scores: np.ndarray, top_n: int | None = None) -> list[int]:
+    """Indices by score, highest first, ties in input order; at most top_n."""
+    order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
+    return order if top_n is None else order[:top_n]
