@@ -6,7 +6,23 @@ _rsinfer() {
     done
     case "$cmd" in
         "")
-            COMPREPLY=($(compgen -W "download embed inspect rerank serve --version --help" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "detect download embed inspect redact rerank serve --version --help" -- "$cur")); return ;;
+        detect)
+            case "$prev" in
+                --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --field|-f) return ;;
+                --threshold) return ;;
+                --types) return ;;
+                --on-error) return ;;
+                --batch-lines) return ;;
+                --model|-m) return ;;
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --hf) return ;;
+                --revision) return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --threshold --types --on-error --allow-missing --batch-lines --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         download)
             case "$prev" in
                 --revision) return ;;
@@ -46,6 +62,26 @@ _rsinfer() {
                 --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot pii tensor" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --path --hf --revision --file --subfolder --tokenizer-hf --dtype --kind --json --help -h" -- "$cur")) ;;
+        redact)
+            case "$prev" in
+                --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --field|-f) return ;;
+                --mode) return ;;
+                --mask-char) return ;;
+                --replacement) return ;;
+                --threshold) return ;;
+                --types) return ;;
+                --on-error) return ;;
+                --hash-salt) return ;;
+                --batch-lines) return ;;
+                --model|-m) return ;;
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --hf) return ;;
+                --revision) return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --mode --mask-char --replacement --threshold --types --spans --on-error --allow-missing --hash-salt --batch-lines --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         rerank)
             case "$prev" in
                 --query|-q) return ;;

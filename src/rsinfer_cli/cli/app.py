@@ -21,7 +21,7 @@ from ..errors import (
     RsinferError,
     Saturated,
 )
-from . import download, embed, inspect, rerank, serve
+from . import download, embed, inspect, redact, rerank, serve
 
 
 class ExitCode(enum.IntEnum):
@@ -101,6 +101,8 @@ def root(
 app.command("download", help=download.__doc__)(download.download_cmd)
 app.command("embed", help=embed.embed_cmd.__doc__)(embed.embed_cmd)
 app.command("inspect", help=inspect.__doc__)(inspect.inspect_cmd)
+app.command("redact", help=redact.redact_cmd.__doc__)(redact.redact_cmd)
+app.command("detect", help=redact.detect_cmd.__doc__)(redact.detect_cmd)
 app.command("rerank", help=rerank.rerank_cmd.__doc__)(rerank.rerank_cmd)
 app.command("serve", help=serve.__doc__)(serve.serve_cmd)
 

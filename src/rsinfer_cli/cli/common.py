@@ -83,3 +83,26 @@ def print_json(data: Any) -> None:
 
 def stderr_is_tty() -> bool:
     return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def load_pipeline(kind: str, *, name: str | None, config: Path | None, path: Path | None, hf: str | None,
+                  revision: str = "main", dtype: str = "auto", max_batch: int | None = None,
+                  **overrides: Any) -> Any:
+    """The pipeline of one model for a one-shot command (one replica), checking the model's kind."""
+    import dataclasses
+
+    from ..config import hub_cache_dir
+    from ..engine.model import load_model
+    from ..pipelines import build_pipeline
+
+    cfg, server = model_from_options(name=name, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
+                                     kind=kind, replicas=1)
+    if cfg.kind != kind:
+        raise ConfigError(f"model '{cfg.name}' is a {cfg.kind} model; this command needs a {kind} model")
+    if max_batch is not None:
+        if max_batch < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {max_batch}")
+        cfg = dataclasses.replace(cfg, max_batch=max_batch)
+    if overrides:
+        cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
+    return build_pipeline(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)), server)

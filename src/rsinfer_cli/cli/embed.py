@@ -38,29 +38,18 @@ def embed_cmd(
                                   help="Cut texts over max_len (default: the model's `truncate`)."),
     batch_size: int = typer.Option(None, "--batch-size", help="Rows per forward (default: the model's max_batch)."),
 ) -> None:
-    import dataclasses
     import sys
 
-    from ..config import hub_cache_dir
-    from ..engine.model import load_model
     from ..errors import ConfigError
-    from ..pipelines.embed import EmbeddingPipeline
-    from .common import model_from_options
+    from .common import load_pipeline
     from .io import NpyWriter, chunks, read_records, write_jsonl
 
     if output is not None and output.suffix != ".npy":
         raise ConfigError(f"--output must end in .npy, got '{output}'")
-    if batch_size is not None and batch_size < 1:
-        raise ConfigError(f"--batch-size must be >= 1, got {batch_size}")
-    cfg, server = model_from_options(name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
-                                     kind="embedding", replicas=1)
-    if cfg.kind != "embedding":
-        raise ConfigError(f"model '{cfg.name}' is a {cfg.kind} model; `embed` needs an embedding model")
-    if batch_size:
-        cfg = dataclasses.replace(cfg, max_batch=batch_size)
     records = read_records(texts, input_, fmt, field)
     first = next(records, None)  # validate the input before loading the model
-    pipe = EmbeddingPipeline(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)))
+    pipe = load_pipeline("embedding", name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
+                         max_batch=batch_size)
     pipe.check_dimensions(dimensions)
     writer = None
     stream = (r for r in ([first] if first else []))
@@ -70,7 +59,7 @@ def embed_cmd(
         yield from records
 
     try:
-        for chunk in chunks(all_records(), max(cfg.max_batch * 4, 64)):
+        for chunk in chunks(all_records(), max(pipe.max_rows * 4, 64)):
             result = pipe.embed([r.text for r in chunk], dimensions=dimensions, normalize=normalize,
                                 truncate=truncate)
             if output is not None:

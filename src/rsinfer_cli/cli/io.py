@@ -85,13 +85,43 @@ def read_records(args: Iterable[str] | None, source: Path | None, fmt: str = "au
             stream.close()
 
 
-def _json_record(line: str, lineno: int, index: int, name: str, field: str) -> Record:
+def parse_json_line(line: str, lineno: int, name: str) -> dict[str, Any]:
+    """One JSONL line → its object; InputError naming the source and line otherwise."""
     try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(f"{name}: line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(data, dict):
         raise InputError(f"{name}: line {lineno}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def set_field(obj: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    cur = obj
+    for part in parts[:-1]:
+        cur = cur[part]
+    cur[parts[-1]] = value
+
+
+def read_lines(source: Path | None) -> Iterator[tuple[int, str, str]]:
+    """(1-based line number, line without its newline, source name), lazily; stdin when source is None."""
+    if source is None and sys.stdin.isatty():
+        raise ConfigError("no input: give --input FILE, or pipe lines into stdin")
+    stream, name = _open(source)
+    lineno = 0
+    try:
+        for lineno, raw in enumerate(stream, start=1):
+            yield lineno, raw.rstrip("\n").rstrip("\r"), name
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{name}: line {lineno + 1}: not UTF-8 text ({exc.reason})") from None
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+
+
+def _json_record(line: str, lineno: int, index: int, name: str, field: str) -> Record:
+    data = parse_json_line(line, lineno, name)
     try:
         text = get_field(data, field)
     except KeyError:

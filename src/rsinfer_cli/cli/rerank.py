@@ -36,21 +36,15 @@ def rerank_cmd(
     truncate: bool = typer.Option(None, "--truncate/--no-truncate",
                                   help="Cut pairs over max_len (default: the model's `truncate`)."),
 ) -> None:
-    from ..config import hub_cache_dir
-    from ..engine.model import load_model
     from ..errors import ConfigError
-    from ..pipelines.rerank import RerankPipeline, ranked
-    from .common import model_from_options
+    from ..pipelines.rerank import ranked
+    from .common import load_pipeline
     from .io import read_records, write_jsonl
 
     if top_n is not None and top_n < 0:
         raise ConfigError(f"--top-n must be >= 0, got {top_n}")
-    cfg, server = model_from_options(name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
-                                     kind="rerank", replicas=1)
-    if cfg.kind != "rerank":
-        raise ConfigError(f"model '{cfg.name}' is a {cfg.kind} model; `rerank` needs a rerank model")
     records = list(read_records(documents, input_, fmt, field))  # ranking needs every document
-    pipe = RerankPipeline(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)))
+    pipe = load_pipeline("rerank", name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype)
     result = pipe.rerank(query, [r.text for r in records], raw=raw, truncate=truncate)
     order = ranked(result.scores, top_n)
     if table:

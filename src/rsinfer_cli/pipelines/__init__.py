@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def build_pipeline(model: Any) -> Any:
-    """The pipeline object for a loaded model's kind (validated at load time)."""
+def build_pipeline(model: Any, server: Any = None) -> Any:
+    """The pipeline object for a loaded model's kind (validated at load time); `server` supplies
+    server-wide settings (the PII hash salt)."""
     if model.kind == "embedding":
         from .embed import EmbeddingPipeline
 
@@ -15,6 +16,10 @@ def build_pipeline(model: Any) -> Any:
         from .rerank import RerankPipeline
 
         return RerankPipeline(model)
+    if model.kind == "pii":
+        from .pii import PiiPipeline
+
+        return PiiPipeline(model, getattr(server, "pii_hash_salt", None))
     return None
 
 

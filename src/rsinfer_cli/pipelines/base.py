@@ -28,11 +28,14 @@ def last_token_index(mask: np.ndarray) -> np.ndarray:
 
 
 def forward_rows(model: Any, enc: Encoded, output: str, reduce: Reduce, *, max_rows: int, max_tokens: int,
-                 timing: Timing) -> np.ndarray:
+                 timing: Timing, ragged: bool = False) -> Any:
     """All rows of `enc` through the graph in forwards of at most `max_rows` rows / `max_tokens` padded tokens,
-    shortest first; `reduce` turns each forward's output into one row per input row; input order restored."""
+    shortest first; `reduce` turns each forward's output into one row per input row; input order restored.
+    With `ragged`, per-token outputs come back as a list, each row cut to its own length."""
     timing.tokens += enc.num_tokens
     timing.truncated += enc.truncated
+    if ragged:
+        pieces: list[Any] = [None] * len(enc.ids)
     result: np.ndarray | None = None
     for batch in plan_batches(enc.lengths, max_rows, max_tokens):
         ids = [enc.ids[i] for i in batch]
@@ -42,7 +45,13 @@ def forward_rows(model: Any, enc: Encoded, output: str, reduce: Reduce, *, max_r
         width = feeds["input_ids"].shape[1]
         mask = (np.arange(width)[None, :] < np.array([len(r) for r in ids])[:, None]).astype(np.int64)
         rows = reduce(np.asarray(out), mask)
+        if ragged:
+            for j, i in enumerate(batch):
+                pieces[i] = rows[j, : len(enc.ids[i])]
+            continue
         if result is None:
             result = np.empty((len(enc.ids), *rows.shape[1:]), dtype=rows.dtype)
         result[batch] = rows
+    if ragged:
+        return pieces
     return result if result is not None else np.empty((0,), dtype=np.float32)

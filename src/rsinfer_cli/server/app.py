@@ -18,14 +18,14 @@ from ..pipelines import build_pipeline
 from .admission import Gate
 from .errors import RequestTimeout, Unauthorized, response_for, status_for
 from .metrics import Metrics, QueueCollector
-from .routes import embeddings, ops, rerank
+from .routes import embeddings, ops, pii, rerank
 from .state import STATE, ServerState
 
 access_log = logging.getLogger("rsinfer.access")
 log = logging.getLogger("rsinfer.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_ROUTES = frozenset({"/health"})
-SERVED_KINDS = ("embedding", "rerank")
+SERVED_KINDS = ("embedding", "rerank", "pii")
 
 
 def route_label(request: web.Request) -> str:
@@ -106,7 +106,7 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     gates = {name: Gate(name, m.pool.size, config.server.max_queue, config.server.queue_timeout_ms / 1000)
              for name, m in registry.models.items()}
     state = ServerState(config=config, registry=registry,
-                        pipelines={name: build_pipeline(m) for name, m in registry.models.items()},
+                        pipelines={name: build_pipeline(m, config.server) for name, m in registry.models.items()},
                         gates=gates, executor=ThreadPoolExecutor(max_workers=slots + 1, thread_name_prefix="infer"),
                         metrics=metrics or Metrics())
     state.metrics.registry.register(QueueCollector(state.queue_stats))
@@ -114,6 +114,7 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     app.add_routes(ops.routes)
     app.add_routes(embeddings.routes)
     app.add_routes(rerank.routes)
+    app.add_routes(pii.routes)
 
     async def executor_lifetime(app: web.Application) -> AsyncIterator[None]:
         yield

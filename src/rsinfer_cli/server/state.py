@@ -30,7 +30,7 @@ class ServerState:
     async def run(self, model: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a pipeline call off the event loop under the model's admission gate; record its timing."""
         result, waited = await self.gates[model.name].run(self.executor, functools.partial(fn, *args, **kwargs))
-        timing = getattr(result, "timing", None)
+        timing = getattr(result[-1] if isinstance(result, tuple) else result, "timing", None)
         if timing is not None:
             self.metrics.observe_run(model.name, timing, waited)
         return result

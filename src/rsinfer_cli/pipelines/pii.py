@@ -1,0 +1,313 @@
+"""PII: token classification over whole documents → BIOES spans with character offsets → redaction.
+
+A text longer than max_len tokens is scanned in windows overlapping by max_len/4 tokens; each token is labelled
+once (in an overlap the first half comes from the earlier window, the second from the later), so nothing past
+the first window escapes. Nothing here logs a text or a span.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..engine.inputs import Encoded
+from ..engine.model import Timing
+from ..errors import InputError, ModelLoadError
+from .base import LOGIT_OUTPUTS, forward_rows, pick_output
+
+MODES = ("mask", "remove", "replace", "hash")
+
+
+@dataclass(frozen=True)
+class Entity:
+    entity_type: str
+    text: str
+    score: float
+    start: int      # Unicode code point offsets into the text, end exclusive
+    end: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"entity_type": self.entity_type, "text": self.text, "score": self.score, "start": self.start,
+                "end": self.end}
+
+
+@dataclass
+class Detection:
+    entities: list[list[Entity]]   # per text
+    timing: Timing
+
+    @property
+    def tokens(self) -> int:
+        return self.timing.tokens
+
+
+def parse_tag(label: str) -> tuple[str, str]:
+    """(tag, type): tag O | B | I | E | S. Unknown prefixes count as I; a bare label is I of itself."""
+    if label in ("O", ""):
+        return "O", ""
+    prefix, sep, rest = label.partition("-")
+    if not sep:
+        return "I", label
+    return (prefix if prefix in ("B", "I", "E", "S") else "I"), rest
+
+
+def plan_windows(n: int, width: int, overlap: int) -> list[tuple[int, int]]:
+    """[start, end) token windows of at most `width` tokens covering n tokens, consecutive ones overlapping."""
+    if n <= width:
+        return [(0, n)]
+    step = max(width - overlap, 1)
+    out = []
+    start = 0
+    while True:
+        end = min(start + width, n)
+        out.append((start, end))
+        if end >= n:
+            return out
+        start += step
+
+
+def stitch(windows: list[tuple[int, int]], rows: list[np.ndarray]) -> np.ndarray:
+    """Per-token rows of overlapping windows → one row per token: each overlap is split at its middle."""
+    if len(windows) == 1:
+        return rows[0]
+    parts = []
+    for k, ((s, e), row) in enumerate(zip(windows, rows, strict=True)):
+        lo = s if k == 0 else (s + windows[k - 1][1]) // 2
+        hi = e if k == len(windows) - 1 else (windows[k + 1][0] + e) // 2
+        parts.append(row[lo - s: hi - s])
+    return np.concatenate(parts)
+
+
+# characters a span may be widened over so it never cuts a word, an address or a number in two
+_JOINERS = frozenset("._%+-@/:#&=?~'")
+_OPENERS = frozenset("\"'([{<«")
+_CLOSERS = frozenset(".,;:!?\"')]}>»")
+
+
+def _word_char(ch: str) -> bool:
+    return (ch.isalnum() and ord(ch) < 0x2E80) or ch in _JOINERS  # not CJK: those scripts have no spaces
+
+
+def whole_words(text: str, a: int, b: int) -> tuple[int, int]:
+    """[a, b) widened to the word it starts and ends in (`john` in `john.smith@example.com` → the address),
+    without pulling in quotes, brackets or sentence punctuation at its edges."""
+    na, nb = a, b
+    while na > 0 and _word_char(text[na - 1]):
+        na -= 1
+    while na < a and text[na] in _OPENERS | _CLOSERS:
+        na += 1
+    while nb < len(text) and _word_char(text[nb]):
+        nb += 1
+    while nb > b and text[nb - 1] in _CLOSERS:
+        nb -= 1
+    return na, nb
+
+
+def decode(text: str, offsets: Sequence[tuple[int, int]], label_ids: np.ndarray, probs: np.ndarray,
+           labels: Sequence[str], threshold: float) -> list[Entity]:
+    """The BIOES state machine over one text's tokens (special tokens already excluded).
+
+    Two improvements over a plain BIOES walk, because the model labels word pieces: a `B-X` on a piece glued to
+    the previous token (no gap between their offsets) extends an open `X` span instead of splitting the word;
+    and a span is widened to whole words (so `john` + `smith` + `com` labelled inside an address becomes the
+    address), fragments of one type that then meet are merged, and of spans with the same range the most
+    probable type is kept."""
+    spans: list[tuple[str, int, int, list[float]]] = []
+    open_: list[Any] | None = None  # [type, start, end, probs]
+    prev_end = -1
+
+    def close() -> None:
+        nonlocal open_
+        if open_ is not None:
+            spans.append(tuple(open_))  # type: ignore[arg-type]
+            open_ = None
+
+    for (a, b), lid, p in zip(offsets, label_ids, probs, strict=True):
+        if a == b:  # an empty piece carries no characters
+            continue
+        tag, etype = parse_tag(labels[lid]) if p >= threshold else ("O", "")
+        glued = a == prev_end
+        prev_end = b
+        if tag == "O":
+            close()
+        elif tag == "S":
+            close()
+            spans.append((etype, a, b, [p]))
+        elif tag == "B" and not (glued and open_ is not None and open_[0] == etype):
+            close()
+            open_ = [etype, a, b, [p]]
+        elif tag in ("B", "I"):
+            if open_ is not None and open_[0] == etype:
+                open_[2] = b
+                open_[3].append(p)
+            else:
+                close()
+                open_ = [etype, a, b, [p]]
+        else:  # E
+            if open_ is not None and open_[0] == etype:
+                open_[2] = b
+                open_[3].append(p)
+                close()
+            else:
+                close()
+                spans.append((etype, a, b, [p]))
+    close()
+    merged: list[list[Any]] = []  # [type, start, end, probs], sorted by start
+    for etype, a, b, ps in spans:
+        piece = text[a:b]
+        a, b = a + len(piece) - len(piece.lstrip()), b - (len(piece) - len(piece.rstrip()))
+        if a >= b:
+            continue
+        a, b = whole_words(text, a, b)
+        same = next((m for m in reversed(merged) if m[0] == etype and a <= m[2] and m[1] <= b), None)
+        if same is not None:
+            same[1], same[2] = min(same[1], a), max(same[2], b)
+            same[3] = same[3] + list(ps)
+        else:
+            merged.append([etype, a, b, list(ps)])
+    best: dict[tuple[int, int], Entity] = {}
+    for etype, a, b, ps in merged:
+        e = Entity(etype, text[a:b], float(np.mean(ps)), a, b)
+        if (a, b) not in best or e.score > best[(a, b)].score:
+            best[(a, b)] = e
+    return sorted(best.values(), key=lambda e: (e.start, e.end))
+
+
+def resolve_overlaps(entities: Sequence[Entity]) -> list[Entity]:
+    """Non-overlapping spans: one contained in a larger one loses to it; otherwise the first by start wins."""
+    kept: list[Entity] = []
+    for e in sorted(entities, key=lambda e: (e.start, -(e.end - e.start))):
+        if not kept or e.start >= kept[-1].end:
+            kept.append(e)
+    return kept
+
+
+def redact(text: str, entities: Sequence[Entity], mode: str = "mask", mask_char: str = "*",
+           replacement: str | None = None, salt: bytes = b"") -> str:
+    """The text with every (overlap-resolved) entity masked, removed, replaced by `<TYPE>` or hashed."""
+    if mode not in MODES:
+        raise InputError(f"unknown redact mode '{mode}' (one of {', '.join(MODES)})", param="mode")
+    if len(mask_char) != 1:
+        raise InputError("`mask_char` must be a single character", param="mask_char")
+    out, pos = [], 0
+    for e in resolve_overlaps(entities):
+        out.append(text[pos:e.start])
+        value = text[e.start:e.end]
+        if mode == "mask":
+            out.append(mask_char * len(value))
+        elif mode == "replace":
+            out.append((replacement or "<{type}>").replace("{type}", e.entity_type))
+        elif mode == "hash":
+            out.append(hashlib.sha256(salt + value.encode("utf-8")).hexdigest()[:16])
+        pos = e.end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+class PiiPipeline:
+    def __init__(self, model: Any, salt: str | None = None) -> None:
+        """`salt`: the server-wide hash salt; the model's own `pii_hash_salt` wins over it."""
+        self.model = model
+        cfg = model.config
+        id2label = model.hf_config.get("id2label")
+        if not isinstance(id2label, dict) or not id2label:
+            raise ModelLoadError(f"model '{cfg.name}': config.json must contain id2label for a pii model",
+                                 model=cfg.name)
+        try:
+            size = max(int(k) for k in id2label) + 1
+        except ValueError:
+            raise ModelLoadError(f"model '{cfg.name}': config.json id2label keys must be integers",
+                                 model=cfg.name) from None
+        self.labels = [""] * size
+        for k, v in id2label.items():
+            self.labels[int(k)] = str(v)
+        self.output = pick_output(model, LOGIT_OUTPUTS)
+        shape = model.graph.output(self.output).shape
+        if len(shape) != 3:
+            raise ModelLoadError(f"model '{cfg.name}': pii output '{self.output}' has shape {list(shape)}; "
+                                 "expected [batch, seq, labels]", model=cfg.name)
+        if isinstance(shape[-1], int) and shape[-1] != len(self.labels):
+            raise ModelLoadError(f"model '{cfg.name}': the graph has {shape[-1]} labels but config.json id2label "
+                                 f"has {len(self.labels)}", model=cfg.name)
+        self.types = sorted({parse_tag(label)[1] for label in self.labels} - {""})
+        tok = model.encoder.tokenizer
+        probe, bare = tok.encode("x", add_special_tokens=True).ids, tok.encode("x", add_special_tokens=False).ids
+        at = next((i for i in range(len(probe)) if probe[i:i + len(bare)] == bare), 0)
+        self.prefix, self.suffix = probe[:at], probe[at + len(bare):]
+        max_len = model.max_len or 512
+        self.window = max_len - len(self.prefix) - len(self.suffix)
+        if self.window < 8:
+            raise ModelLoadError(f"model '{cfg.name}': max_len {max_len} leaves no room for text", model=cfg.name)
+        self.overlap = max(max_len // 4, 1) if self.window > max_len // 4 else self.window // 2
+        self.threshold = cfg.threshold
+        self.max_rows = cfg.max_batch
+        self.max_tokens = cfg.batching.max_tokens
+        self.salt_source = "pii_hash_salt of the model" if cfg.pii_hash_salt else (
+            "server.pii_hash_salt" if salt else "random per process (set pii_hash_salt for stable hashes)")
+        chosen = cfg.pii_hash_salt or salt
+        self.salt = chosen.encode("utf-8") if chosen else secrets.token_bytes(16)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "pii", "output": self.output, "labels": self.labels, "entity_types": self.types,
+                "threshold": self.threshold, "window_tokens": self.window, "window_overlap": self.overlap,
+                "hash_salt": self.salt_source}
+
+    def _reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        logits = out.astype(np.float32, copy=False)
+        e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    def windows_of(self, n: int) -> list[tuple[int, int]]:
+        return plan_windows(n, self.window, self.overlap)
+
+    def token_probs(self, texts: Sequence[str], timing: Timing | None = None) -> list[tuple[Any, np.ndarray]]:
+        """Per text: (its encoding without special tokens, per-token label probabilities [n, labels])."""
+        timing = timing or Timing()
+        t0 = time.perf_counter()
+        encs = self.model.encoder.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        plan: list[tuple[int, list[tuple[int, int]]]] = []
+        ids, type_ids = [], []
+        for enc in encs:
+            wins = self.windows_of(len(enc.ids))
+            plan.append((len(ids), wins))
+            for s, e in wins:
+                row = self.prefix + enc.ids[s:e] + self.suffix
+                ids.append(row)
+                type_ids.append([0] * len(row))
+        timing.tokenize_s += time.perf_counter() - t0
+        rows = forward_rows(self.model, Encoded(ids=ids, type_ids=type_ids), self.output, self._reduce,
+                            max_rows=self.max_rows, max_tokens=self.max_tokens, timing=timing, ragged=True)
+        out = []
+        p, q = len(self.prefix), len(self.suffix)
+        for enc, (first, wins) in zip(encs, plan, strict=True):
+            parts = [rows[first + k][p: len(rows[first + k]) - q] for k in range(len(wins))]
+            probs = stitch(wins, parts) if enc.ids else np.empty((0, len(self.labels)), dtype=np.float32)
+            out.append((enc, probs))
+        return out
+
+    def detect(self, texts: Sequence[str], threshold: float | None = None,
+               types: Sequence[str] | None = None) -> Detection:
+        thr = self.threshold if threshold is None else min(max(float(threshold), 0.0), 1.0)
+        keep = set(types) if types is not None else None
+        timing = Timing()
+        found = []
+        for text, (enc, probs) in zip(texts, self.token_probs(texts, timing), strict=True):
+            ents = decode(text, enc.offsets, probs.argmax(axis=-1), probs.max(axis=-1), self.labels, thr) \
+                if len(probs) else []
+            found.append([e for e in ents if keep is None or e.entity_type in keep])
+        return Detection(found, timing)
+
+    def redact(self, texts: Sequence[str], *, mode: str = "mask", mask_char: str = "*",
+               replacement: str | None = None, threshold: float | None = None, types: Sequence[str] | None = None,
+               salt: bytes | None = None) -> tuple[list[str], Detection]:
+        redact("", [], mode, mask_char)  # validate the options before any work
+        det = self.detect(texts, threshold, types)
+        key = self.salt if salt is None else salt
+        return [redact(t, ents, mode, mask_char, replacement, key) for t, ents in
+                zip(texts, det.entities, strict=True)], det

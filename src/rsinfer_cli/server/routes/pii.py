@@ -1,0 +1,70 @@
+"""PII detection and redaction: `POST /pii/detect`, `POST /pii/redact` and their `/v1/pii/*` aliases.
+
+Neither the texts nor the spans are ever logged."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ...errors import InputError, PayloadTooLarge
+from ..request import Body, json_body
+from ..state import STATE
+from .embeddings import json_response
+
+routes = web.RouteTableDef()
+MAX_TEXTS = 1024
+
+
+def _texts(body: Body) -> tuple[list[str], bool]:
+    text = body.str("text", None)
+    texts = body.str_list("texts", None)
+    if (text is None) == (not texts):
+        raise InputError("provide exactly one of `text` or non-empty `texts`", param="text" if texts else "texts")
+    if texts and len(texts) > MAX_TEXTS:
+        raise PayloadTooLarge(f"`texts` has {len(texts)} items; at most {MAX_TEXTS} per request", param="texts")
+    return ([text], False) if text is not None else (texts, True)
+
+
+def _options(body: Body) -> dict:
+    threshold = body.number("threshold", None)
+    types = body.str_list("types", None)
+    return {"threshold": threshold, "types": types}
+
+
+@routes.post("/pii/detect")
+@routes.post("/v1/pii/detect")
+async def detect(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = Body(await json_body(request))
+    model = state.registry.get(body.str("model", None), "pii")
+    texts, many = _texts(body)
+    det = await state.run(model, state.pipelines[model.name].detect, texts, **_options(body))
+    results = []
+    for text, ents in zip(texts, det.entities, strict=True):
+        item: dict = {"entities": [e.to_json() for e in ents]}
+        if many:
+            item["text"] = text
+        results.append(item)
+    return json_response({"object": "pii.detection", "model": model.name, "results": results,
+                          "usage": {"prompt_tokens": det.tokens, "total_tokens": det.tokens}})
+
+
+@routes.post("/pii/redact")
+@routes.post("/v1/pii/redact")
+async def redact(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = Body(await json_body(request))
+    model = state.registry.get(body.str("model", None), "pii")
+    texts, _ = _texts(body)
+    mode = body.str("mode", "mask") or "mask"
+    mask_char = body.str("mask_char", "*")
+    replacement = body.str("replacement", None)
+    if replacement is not None and "{type}" not in replacement:
+        raise InputError("`replacement` must contain {type}, e.g. \"<{type}>\"", param="replacement")
+    pipe = state.pipelines[model.name]
+    redacted, det = await state.run(model, pipe.redact, texts, mode=mode, mask_char=mask_char,
+                                    replacement=replacement, **_options(body))
+    results = [{"text": r, "entities": [e.to_json() for e in ents]}
+               for r, ents in zip(redacted, det.entities, strict=True)]
+    return json_response({"object": "pii.redaction", "model": model.name, "results": results,
+                          "usage": {"prompt_tokens": det.tokens, "total_tokens": det.tokens}})
