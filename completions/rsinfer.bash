@@ -6,7 +6,26 @@ _rsinfer() {
     done
     case "$cmd" in
         "")
-            COMPREPLY=($(compgen -W "detect download embed inspect redact rerank serve --version --help" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "classify detect download embed inspect redact rerank serve --version --help" -- "$cur")); return ;;
+        classify)
+            case "$prev" in
+                --labels|-l) return ;;
+                --template) return ;;
+                --question) return ;;
+                --assertion) return ;;
+                --threshold) return ;;
+                --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --format) return ;;
+                --field) return ;;
+                --batch-size) return ;;
+                --model|-m) return ;;
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --hf) return ;;
+                --revision) return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--labels -l --multi-label --template --question --assertion --threshold --input -i --format --field --table --batch-size --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         detect)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;

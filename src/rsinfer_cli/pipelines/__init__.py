@@ -20,6 +20,10 @@ def build_pipeline(model: Any, server: Any = None) -> Any:
         from .pii import PiiPipeline
 
         return PiiPipeline(model, getattr(server, "pii_hash_salt", None))
+    if model.kind == "zeroshot":
+        from .nli import NliPipeline
+
+        return NliPipeline(model)
     return None
 
 

@@ -18,14 +18,14 @@ from ..pipelines import build_pipeline
 from .admission import Gate
 from .errors import RequestTimeout, Unauthorized, response_for, status_for
 from .metrics import Metrics, QueueCollector
-from .routes import embeddings, ops, pii, rerank
+from .routes import classify, embeddings, ops, pii, rerank
 from .state import STATE, ServerState
 
 access_log = logging.getLogger("rsinfer.access")
 log = logging.getLogger("rsinfer.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_ROUTES = frozenset({"/health"})
-SERVED_KINDS = ("embedding", "rerank", "pii")
+SERVED_KINDS = ("embedding", "rerank", "pii", "zeroshot")
 
 
 def route_label(request: web.Request) -> str:
@@ -115,6 +115,7 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     app.add_routes(embeddings.routes)
     app.add_routes(rerank.routes)
     app.add_routes(pii.routes)
+    app.add_routes(classify.routes)
 
     async def executor_lifetime(app: web.Application) -> AsyncIterator[None]:
         yield

@@ -1,0 +1,113 @@
+"""Zero-shot (`--labels`) or true/false (`--question` / `--assertion`) classification of texts with an NLI model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT
+
+EXAMPLES = """
+
+Examples:
+
+  rsinfer classify --config cfg.yaml --model nli --labels billing,shipping,other --input tickets.jsonl
+
+  rsinfer classify --path models/nli --question "Is this email urgent?" "The server is down!" "Lunch at noon?"
+"""
+
+
+def classify_cmd(
+    texts: list[str] = typer.Argument(None, help="Texts to classify (else --input or stdin)."),
+    labels: str = typer.Option(None, "--labels", "-l", help="Zero-shot: candidate labels, comma-separated."),
+    multi_label: bool = typer.Option(False, "--multi-label", help="Score each label on its own."),
+    template: str = typer.Option(None, "--template", help="Hypothesis template with {label} (model default)."),
+    question: str = typer.Option(None, "--question", help="True/false: a yes/no question about each text."),
+    assertion: str = typer.Option(None, "--assertion", help="True/false: the statement to judge (beats --question)."),
+    threshold: float = typer.Option(0.5, "--threshold", help="True/false: is_true when P(true) >= this."),
+    input_: Path = typer.Option(None, "--input", "-i", help="File of lines or JSONL records ('-' = stdin)."),
+    fmt: str = typer.Option("auto", "--format", help="auto (JSONL when the first line is an object), lines, jsonl."),
+    field: str = typer.Option("text", "--field", help="JSONL field holding the text (dotted path: a.b)."),
+    table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
+    batch_size: int = typer.Option(None, "--batch-size", help="Pairs per forward (default: the model's max_batch)."),
+    model: str = typer.Option(None, "--model", "-m", help="Model name in --config."),
+    config: Path = CONFIG_OPT,
+    path: Path = PATH_OPT,
+    hf: str = HF_OPT,
+    revision: str = REVISION_OPT,
+    dtype: str = DTYPE_OPT,
+) -> None:
+    import sys
+
+    from ..errors import ConfigError, InputError
+    from ..pipelines.nli import assertion_for
+    from .common import load_pipeline
+    from .io import chunks, read_records, write_jsonl
+
+    zero_shot = labels is not None
+    if zero_shot == (question is not None or assertion is not None):
+        raise ConfigError("give either --labels (zero-shot) or --question / --assertion (true/false)")
+    label_list = [x.strip() for x in labels.split(",") if x.strip()] if zero_shot else []
+    if zero_shot and not label_list:
+        raise ConfigError("--labels is empty")
+    if template is not None and "{label}" not in template and "{}" not in template:
+        raise ConfigError("--template must contain {label} or {}")
+    try:
+        judged = None if zero_shot else assertion_for(question, assertion)
+    except InputError as exc:
+        raise ConfigError(f"--question: {exc}") from None
+    records = read_records(texts, input_, fmt, field)
+    first = next(records, None)
+    pipe = load_pipeline("zeroshot", name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
+                         max_batch=batch_size)
+    rows = []
+
+    def all_records():
+        if first is not None:
+            yield first
+        yield from records
+
+    per_chunk = max(256 // max(len(label_list), 1), 8)
+    for chunk in chunks(all_records(), per_chunk):
+        batch = [r.text for r in chunk]
+        if zero_shot:
+            res = pipe.classify(batch, label_list, multi_label, template)
+            outs = [{"labels": r.labels, "scores": r.scores} for r in res.results]
+        else:
+            outs = [r.to_json() for r in pipe.true_false(batch, judged, threshold).results]
+        for rec, out in zip(chunk, outs, strict=True):
+            if table:
+                rows.append((rec, out))
+            else:
+                write_jsonl({"index": rec.index, **out, **(rec.data if rec.data is not None else {"text": rec.text})})
+        sys.stdout.flush()
+    if table:
+        _table(rows, zero_shot, judged)
+
+
+def _table(rows: list, zero_shot: bool, judged: str | None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title=None if zero_shot else f"assertion: {judged}", title_justify="left")
+    t.add_column("index", justify="right")
+    t.add_column("text")
+    if zero_shot:
+        t.add_column("best")
+        t.add_column("scores")
+    else:
+        t.add_column("label")
+        t.add_column("P(true)", justify="right")
+    for rec, out in rows:
+        text = rec.text if len(rec.text) < 80 else rec.text[:77] + "..."
+        if zero_shot:
+            scores = ", ".join(f"{label} {s:.3f}" for label, s in zip(out["labels"], out["scores"], strict=True))
+            t.add_row(str(rec.index), escape(text), escape(out["labels"][0]), escape(scores))
+        else:
+            t.add_row(str(rec.index), escape(text), out["label"], f"{out['true_probability']:.3f}")
+    Console().print(t)
+
+
+classify_cmd.__doc__ = (__doc__ or "") + EXAMPLES

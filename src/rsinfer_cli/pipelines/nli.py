@@ -1,0 +1,197 @@
+"""Zero-shot and true/false classification over an encoder-only NLI model.
+
+Zero-shot (`zeroshot_scoring: hf`, the transformers pipeline exactly): one (text, hypothesis) pair per label;
+with several labels and `multi_label` off, softmax of the entailment logits across labels; with `multi_label`
+(or a single label), per label softmax([contradiction, entailment])[1]. `nli_margin` is rs-infer's formula:
+d = entailment - contradiction, softmax(d) across labels, or sigmoid(d) per label.
+True/false: P(entailment) against contradiction only, for an assertion (given, or inverted from a question).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..engine.model import Timing
+from ..errors import InputError, ModelLoadError, TokenizeError
+from .base import LOGIT_OUTPUTS, forward_rows, pick_output
+
+AUXILIARIES = frozenset("is are was were do does did can could will would should may might must has have had".split())
+
+
+def invert_question(question: str) -> str | None:
+    """A yes/no question as an assertion ("Is this email important?" → "This email is important."), or None.
+
+    rs-infer's rules: the first word must be an auxiliary; the subject is the next word when two words follow
+    it, else the next two; at least one word must remain for the predicate. Unicode-safe."""
+    words = question.strip().rstrip("?.!").split()
+    if len(words) < 3 or words[0].lower() not in AUXILIARIES:
+        return None
+    rest = words[1:]
+    subject = rest[:1] if len(rest) == 2 else rest[:2]
+    predicate = rest[len(subject):]
+    if not predicate:
+        return None
+    head = " ".join(subject)
+    return f"{head[:1].upper()}{head[1:]} {words[0].lower()} {' '.join(predicate)}."
+
+
+def hypothesis(template: str, label: str) -> str:
+    return template.replace("{label}", label).replace("{}", label)
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def find_label(labels: Sequence[str], wanted: str) -> int | None:
+    """Index of the label equal to `wanted` (case-insensitive), else the first containing it."""
+    low = [label.lower() for label in labels]
+    w = wanted.lower()
+    if w in low:
+        return low.index(w)
+    return next((i for i, label in enumerate(low) if w in label), None)
+
+
+@dataclass
+class ZeroShot:
+    labels: list[str]       # sorted by score, highest first (ties in input order)
+    scores: list[float]
+
+
+@dataclass
+class ZeroShotResult:
+    results: list[ZeroShot]
+    timing: Timing
+
+    @property
+    def tokens(self) -> int:
+        return self.timing.tokens
+
+
+@dataclass
+class TrueFalse:
+    assertion: str
+    true_probability: float
+    is_true: bool
+
+    @property
+    def label(self) -> str:
+        return "true" if self.is_true else "false"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "is_true": self.is_true, "true_probability": self.true_probability,
+                "assertion": self.assertion}
+
+
+@dataclass
+class TrueFalseResult:
+    results: list[TrueFalse]
+    timing: Timing
+
+    @property
+    def tokens(self) -> int:
+        return self.timing.tokens
+
+
+class NliPipeline:
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        cfg = model.config
+        id2label = model.hf_config.get("id2label")
+        if not isinstance(id2label, dict) or not id2label:
+            raise ModelLoadError(f"model '{cfg.name}': config.json must contain id2label for a zeroshot model",
+                                 model=cfg.name)
+        labels = [""] * (max(int(k) for k in id2label) + 1)
+        for k, v in id2label.items():
+            labels[int(k)] = str(v)
+        self.labels = labels
+        ent, con = find_label(labels, cfg.entailment_label), find_label(labels, cfg.contradiction_label)
+        if ent is None or con is None or ent == con:
+            missing = cfg.entailment_label if ent is None else cfg.contradiction_label
+            raise ModelLoadError(f"model '{cfg.name}': no '{missing}' label in config.json id2label "
+                                 f"{labels}; set entailment_label / contradiction_label", model=cfg.name)
+        self.entail, self.contra = ent, con
+        self.output = pick_output(model, LOGIT_OUTPUTS)
+        shape = model.graph.output(self.output).shape
+        if len(shape) != 2 or (isinstance(shape[-1], int) and shape[-1] != len(labels)):
+            raise ModelLoadError(f"model '{cfg.name}': NLI output '{self.output}' has shape {list(shape)}; expected "
+                                 f"[batch, {len(labels)}] for the labels {labels}", model=cfg.name)
+        self.template = cfg.hypothesis_template
+        self.scoring = cfg.zeroshot_scoring
+        self.max_rows = cfg.max_batch
+        self.max_tokens = cfg.batching.max_tokens
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "zeroshot", "output": self.output, "labels": self.labels,
+                "entailment": {"index": self.entail, "label": self.labels[self.entail]},
+                "contradiction": {"index": self.contra, "label": self.labels[self.contra]},
+                "hypothesis_template": self.template, "zeroshot_scoring": self.scoring}
+
+    def _reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return np.asarray(out, dtype=np.float64)[:, [self.contra, self.entail]]
+
+    def pair_logits(self, premises: Sequence[str], hypotheses: Sequence[str], timing: Timing,
+                    truncate: bool | None = None, param: str = "input") -> np.ndarray:
+        """[n, 2] = [contradiction, entailment] logits; over max_len the premise is cut, never the hypothesis."""
+        t0 = time.perf_counter()
+        enc = self.model.encoder
+        try:
+            rows = enc.encode(premises, hypotheses, strategy="only_first", truncate=truncate, param=param)
+        except TokenizeError:  # a hypothesis alone fills max_len: cut the longest side instead
+            rows = enc.encode(premises, hypotheses, strategy="longest_first", truncate=truncate, param=param)
+        timing.tokenize_s += time.perf_counter() - t0
+        return forward_rows(self.model, rows, self.output, self._reduce, max_rows=self.max_rows,
+                            max_tokens=self.max_tokens, timing=timing)
+
+    def classify(self, texts: Sequence[str], labels: Sequence[str], multi_label: bool = False,
+                 template: str | None = None, truncate: bool | None = None) -> ZeroShotResult:
+        template = template or self.template
+        hyps = [hypothesis(template, label) for label in labels]
+        timing = Timing()
+        n, k = len(texts), len(labels)
+        logits = self.pair_logits([t for t in texts for _ in labels], hyps * n, timing, truncate)
+        logits = logits.reshape(n, k, 2) if n else np.empty((0, k, 2))
+        contra, entail = logits[..., 0], logits[..., 1]
+        if self.scoring == "nli_margin":
+            d = entail - contra
+            scores = sigmoid(d) if multi_label else softmax(d, axis=1)
+        elif multi_label or k == 1:
+            scores = softmax(logits, axis=-1)[..., 1]
+        else:
+            scores = softmax(entail, axis=1)
+        results = []
+        for row in scores:
+            order = sorted(range(k), key=lambda j: (-row[j], j))
+            results.append(ZeroShot([labels[j] for j in order], [float(row[j]) for j in order]))
+        return ZeroShotResult(results, timing)
+
+    def true_false(self, texts: Sequence[str], assertion: str, threshold: float = 0.5,
+                   truncate: bool | None = None) -> TrueFalseResult:
+        timing = Timing()
+        logits = self.pair_logits(list(texts), [assertion] * len(texts), timing, truncate)
+        probs = softmax(logits, axis=-1)[:, 1] if len(texts) else np.empty((0,))
+        thr = min(max(threshold, 0.0), 1.0)
+        return TrueFalseResult([TrueFalse(assertion, float(p), bool(p >= thr)) for p in probs], timing)
+
+
+def assertion_for(question: str | None, assertion: str | None) -> str:
+    """The assertion to judge: a non-blank `assertion`, else the inverted `question`; InputError otherwise."""
+    if assertion is not None and assertion.strip():
+        return assertion.strip()
+    if question is None or not question.strip():
+        raise InputError("provide `question` or `assertion`", param="question")
+    inverted = invert_question(question)
+    if inverted is None:
+        raise InputError(f"cannot phrase '{question.strip()}' as an assertion (not a simple yes/no question); pass "
+                         "an explicit `assertion` (e.g. \"This email is important.\")", param="question")
+    return inverted

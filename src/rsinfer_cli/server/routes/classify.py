@@ -1,0 +1,80 @@
+"""NLI classification: `POST /classify/zero-shot`, `POST /classify/true-false` and their `/v1/` aliases."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ...errors import InputError, PayloadTooLarge
+from ...pipelines.nli import assertion_for
+from ..request import Body, json_body
+from ..state import STATE
+from .embeddings import json_response
+
+routes = web.RouteTableDef()
+MAX_TEXTS = 1024
+
+
+def _input(body: Body) -> tuple[list[str], bool]:
+    value = body.str_list("input", allow_str=True)
+    if isinstance(value, str):
+        return [value], True
+    if not value:
+        raise InputError("`input` is empty", param="input")
+    if len(value) > MAX_TEXTS:
+        raise PayloadTooLarge(f"`input` has {len(value)} texts; at most {MAX_TEXTS} per request", param="input")
+    return value, False
+
+
+@routes.post("/classify/zero-shot")
+@routes.post("/v1/classify/zero-shot")
+async def zero_shot(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = Body(await json_body(request))
+    model = state.registry.get(body.str("model", None), "zeroshot")
+    texts, single = _input(body)
+    labels = body.str_list("candidate_labels")
+    if not labels:
+        raise InputError("`candidate_labels` is empty", param="candidate_labels")
+    limit = state.config.server.max_candidate_labels
+    if len(labels) > limit:
+        raise InputError(f"`candidate_labels` has {len(labels)} labels; at most {limit} "
+                         "(server.max_candidate_labels)", param="candidate_labels")
+    for i, label in enumerate(labels):
+        if not label.strip():
+            raise InputError(f"`candidate_labels[{i}]` is blank", param=f"candidate_labels[{i}]")
+    if len(set(labels)) != len(labels):
+        raise InputError("`candidate_labels` has duplicates", param="candidate_labels")
+    template = body.str("hypothesis_template", None)
+    if template is not None and "{label}" not in template and "{}" not in template:
+        raise InputError("`hypothesis_template` must contain {label} or {}, e.g. \"This text is about {label}.\"",
+                         param="hypothesis_template")
+    pipe = state.pipelines[model.name]
+    res = await state.run(model, pipe.classify, texts, labels, body.bool("multi_label", False), template,
+                          body.bool("truncate", None))
+    usage = {"prompt_tokens": res.tokens, "total_tokens": res.tokens}
+    if single:
+        (r,) = res.results
+        return json_response({"object": "classification", "model": model.name, "labels": r.labels,
+                              "scores": r.scores, "usage": usage})
+    return json_response({"object": "classification.list", "model": model.name,
+                          "results": [{"labels": r.labels, "scores": r.scores} for r in res.results],
+                          "usage": usage})
+
+
+@routes.post("/classify/true-false")
+@routes.post("/v1/classify/true-false")
+async def true_false(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = Body(await json_body(request))
+    model = state.registry.get(body.str("model", None), "zeroshot")
+    texts, single = _input(body)
+    assertion = assertion_for(body.str("question", None), body.str("assertion", None))
+    threshold = body.number("threshold", 0.5)
+    pipe = state.pipelines[model.name]
+    res = await state.run(model, pipe.true_false, texts, assertion, threshold, body.bool("truncate", None))
+    usage = {"prompt_tokens": res.tokens, "total_tokens": res.tokens}
+    if single:
+        return json_response({"object": "classification.true_false", "model": model.name,
+                              **res.results[0].to_json(), "usage": usage})
+    return json_response({"object": "classification.true_false.list", "model": model.name,
+                          "results": [r.to_json() for r in res.results], "usage": usage})
