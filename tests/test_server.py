@@ -32,14 +32,24 @@ def ref(shared_models) -> dict:
     return json.loads((shared_models / "all-minilm-l6-v2" / "reference.json").read_text())
 
 
-def make_config(shared_models, **server):
+def make_config(shared_models, batching: bool = True, **server):
     return parse_config({"server": server, "models": [
-        {"name": "mini", "kind": "embedding", "path": str(shared_models / "all-minilm-l6-v2"), "replicas": 2}]})
+        {"name": "mini", "kind": "embedding", "path": str(shared_models / "all-minilm-l6-v2"), "replicas": 2,
+         "batching": {"enabled": batching}}]})
+
+
+def running(srv) -> int:
+    return sum(r for _, _, _, r in srv.state.queue_stats())
 
 
 @pytest.fixture(scope="module")
 def registry(shared_models) -> Registry:
     return Registry.load(make_config(shared_models))
+
+
+@pytest.fixture(scope="module")
+def direct_registry(shared_models) -> Registry:
+    return Registry.load(make_config(shared_models, batching=False))
 
 
 @pytest.fixture(scope="module")
@@ -185,41 +195,44 @@ class TestLimits:
     def test_request_timeout_408(self, shared_models, registry):
         with ServerThread(make_config(shared_models, request_timeout_ms=50), registry) as srv, \
                 httpx.Client(base_url=srv.url) as c:
-            pipe = srv.state.pipelines["mini"]
-            slow = pipe.embed
+            batcher = srv.state.batchers["mini"]
+            slow = batcher.forward
 
             def sleepy(*a, **k):
                 time.sleep(0.3)
                 return slow(*a, **k)
 
-            pipe.embed = sleepy
+            batcher.forward = sleepy
             try:
                 assert_error(c.post("/v1/embeddings", json={"input": "a"}), 408, "timeout_error")
             finally:
-                del pipe.embed
-            time.sleep(0.4)  # the worker finishes and gives its slot back
-            assert srv.state.gates["mini"].running == 0
+                batcher.forward = slow
+            deadline = time.monotonic() + 10
+            while running(srv) and time.monotonic() < deadline:  # the worker finishes and frees its replica
+                time.sleep(0.01)
+            assert running(srv) == 0
 
-    def _hold_both_replicas(self, srv, release: threading.Event):
+    @staticmethod
+    def _hold_both_replicas(srv, release: threading.Event):
         pipe = srv.state.pipelines["mini"]
-        slow = pipe.embed
+        slow = pipe.run
 
         def held(*a, **k):
             release.wait(10)
             return slow(*a, **k)
 
-        pipe.embed = held
+        pipe.run = held
         threads = [threading.Thread(target=lambda: httpx.post(srv.url + "/v1/embeddings", json={"input": "a"},
                                                               timeout=30)) for _ in range(2)]
         for t in threads:
             t.start()
         deadline = time.monotonic() + 10
-        while srv.state.gates["mini"].running < 2 and time.monotonic() < deadline:
+        while running(srv) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         return threads
 
-    def test_saturated_429_and_queue_timeout_503(self, shared_models, registry):
-        with ServerThread(make_config(shared_models, max_queue=0), registry) as srv:
+    def test_direct_path_saturated_429_and_queue_timeout_503(self, shared_models, direct_registry):
+        with ServerThread(make_config(shared_models, batching=False, max_queue=0), direct_registry) as srv:
             release = threading.Event()
             threads = self._hold_both_replicas(srv, release)
             try:
@@ -230,8 +243,9 @@ class TestLimits:
                 release.set()
                 for t in threads:
                     t.join(30)
-                del srv.state.pipelines["mini"].embed
-        with ServerThread(make_config(shared_models, max_queue=4, queue_timeout_ms=100), registry) as srv:
+                del srv.state.pipelines["mini"].run
+        config = make_config(shared_models, batching=False, max_queue=4, queue_timeout_ms=100)
+        with ServerThread(config, direct_registry) as srv:
             release = threading.Event()
             threads = self._hold_both_replicas(srv, release)
             try:
@@ -241,7 +255,7 @@ class TestLimits:
                 release.set()
                 for t in threads:
                     t.join(30)
-                del srv.state.pipelines["mini"].embed
+                del srv.state.pipelines["mini"].run
 
 
 class TestAuth:

@@ -104,8 +104,9 @@ def _run(*, redacting: bool, input_: Path | None, fields: list[str], plain: bool
         texts = [t for it in pending for _, t in it.texts]
         if texts:
             if redacting:
-                new, det = pipe.redact(texts, mode=mode, mask_char=mask_char, replacement=replacement,
-                                       threshold=threshold, types=wanted, salt=salt)
+                res = pipe.redact(texts, mode=mode, mask_char=mask_char, replacement=replacement,
+                                  threshold=threshold, types=wanted, salt=salt)
+                new, det = res.texts, res.detection
             else:
                 det = pipe.detect(texts, threshold, wanted)
                 new = texts

@@ -12,7 +12,7 @@ import numpy as np
 from ..engine.inputs import Encoded
 from ..engine.model import Timing
 from ..errors import InputError, ModelLoadError
-from .base import forward_rows
+from .base import RowPipeline, Work, stack
 
 OUTPUT_ORDER = ("sentence_embedding", "_pooler_output", "pooler_output", "last_hidden_state",
                 "token_embeddings", "output0")
@@ -63,7 +63,7 @@ class EmbedResult:
         return self.timing.truncated
 
 
-class EmbeddingPipeline:
+class EmbeddingPipeline(RowPipeline):
     def __init__(self, model: Any) -> None:
         self.model = model
         cfg = model.config
@@ -147,21 +147,10 @@ class EmbeddingPipeline:
                 vectors = l2_normalize(vectors[:, :dimensions])
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
-    def run_encoded(self, enc: Encoded, dimensions: int | None = None, normalize: bool | None = None,
-                    timing: Timing | None = None) -> EmbedResult:
-        """All rows in length-sorted forwards of at most max_batch rows / max_tokens padded tokens."""
-        self.check_dimensions(dimensions)
-        timing = timing or Timing()
-        pooled = forward_rows(self.model, enc, self.output, self.reduce, max_rows=self.max_rows,
-                              max_tokens=self.max_tokens, timing=timing)
-        if not len(enc.ids):
-            pooled = np.empty((0, self.native_dim or 0), dtype=np.float32)
-        return EmbedResult(self.postprocess(pooled, dimensions, normalize), timing)
-
-    def embed(self, texts: Sequence[str] | None = None, ids: Sequence[Sequence[int]] | None = None, *,
-              dimensions: int | None = None, normalize: bool | None = None, truncate: bool | None = None,
-              direction: str = "right", param: str = "input") -> EmbedResult:
-        """Texts (or token-id rows) → vectors in input order, with usage and timing."""
+    def plan(self, texts: Sequence[str] | None = None, ids: Sequence[Sequence[int]] | None = None, *,
+             dimensions: int | None = None, normalize: bool | None = None, truncate: bool | None = None,
+             direction: str = "right", param: str = "input") -> Work:
+        """Texts (or token-id rows) → rows, and how pooled rows become vectors in input order."""
         self.check_dimensions(dimensions)
         timing = Timing()
         t0 = time.perf_counter()
@@ -170,4 +159,17 @@ class EmbeddingPipeline:
         else:
             enc = self.encode_ids(ids or [], truncate=truncate, param=param)
         timing.tokenize_s = time.perf_counter() - t0
-        return self.run_encoded(enc, dimensions, normalize, timing)
+        width = self.native_dim or 0
+
+        def finish(pooled: list) -> EmbedResult:
+            return EmbedResult(self.postprocess(stack(pooled, width).astype(np.float32), dimensions, normalize),
+                               timing)
+
+        return self.work(enc, finish, timing)
+
+    def embed(self, texts: Sequence[str] | None = None, ids: Sequence[Sequence[int]] | None = None, *,
+              dimensions: int | None = None, normalize: bool | None = None, truncate: bool | None = None,
+              direction: str = "right", param: str = "input") -> EmbedResult:
+        """Texts (or token-id rows) → vectors in input order, with usage and timing."""
+        return self.run(self.plan(texts, ids, dimensions=dimensions, normalize=normalize, truncate=truncate,
+                                  direction=direction, param=param))

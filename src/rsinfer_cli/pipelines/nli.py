@@ -18,7 +18,7 @@ import numpy as np
 
 from ..engine.model import Timing
 from ..errors import InputError, ModelLoadError, TokenizeError
-from .base import LOGIT_OUTPUTS, forward_rows, pick_output
+from .base import LOGIT_OUTPUTS, RowPipeline, Work, pick_output, stack
 
 AUXILIARIES = frozenset("is are was were do does did can could will would should may might must has have had".split())
 
@@ -103,7 +103,7 @@ class TrueFalseResult:
         return self.timing.tokens
 
 
-class NliPipeline:
+class NliPipeline(RowPipeline):
     def __init__(self, model: Any) -> None:
         self.model = model
         cfg = model.config
@@ -137,12 +137,12 @@ class NliPipeline:
                 "contradiction": {"index": self.contra, "label": self.labels[self.contra]},
                 "hypothesis_template": self.template, "zeroshot_scoring": self.scoring}
 
-    def _reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
         return np.asarray(out, dtype=np.float64)[:, [self.contra, self.entail]]
 
-    def pair_logits(self, premises: Sequence[str], hypotheses: Sequence[str], timing: Timing,
-                    truncate: bool | None = None, param: str = "input") -> np.ndarray:
-        """[n, 2] = [contradiction, entailment] logits; over max_len the premise is cut, never the hypothesis."""
+    def encode_pairs(self, premises: Sequence[str], hypotheses: Sequence[str], timing: Timing,
+                     truncate: bool | None = None, param: str = "input") -> Any:
+        """Pair rows; over max_len the premise is cut, never the hypothesis (while the hypothesis fits)."""
         t0 = time.perf_counter()
         enc = self.model.encoder
         try:
@@ -150,38 +150,60 @@ class NliPipeline:
         except TokenizeError:  # a hypothesis alone fills max_len: cut the longest side instead
             rows = enc.encode(premises, hypotheses, strategy="longest_first", truncate=truncate, param=param)
         timing.tokenize_s += time.perf_counter() - t0
-        return forward_rows(self.model, rows, self.output, self._reduce, max_rows=self.max_rows,
-                            max_tokens=self.max_tokens, timing=timing)
+        return rows
 
-    def classify(self, texts: Sequence[str], labels: Sequence[str], multi_label: bool = False,
-                 template: str | None = None, truncate: bool | None = None) -> ZeroShotResult:
+    def pair_logits(self, premises: Sequence[str], hypotheses: Sequence[str], timing: Timing,
+                    truncate: bool | None = None) -> np.ndarray:
+        """[n, 2] = [contradiction, entailment] logits of (premise, hypothesis) pairs."""
+        work = self.work(self.encode_pairs(premises, hypotheses, timing, truncate), lambda rows: stack(rows, 2),
+                         timing)
+        return self.run(work)
+
+    def plan_classify(self, texts: Sequence[str], labels: Sequence[str], multi_label: bool = False,
+                      template: str | None = None, truncate: bool | None = None) -> Work:
         template = template or self.template
         hyps = [hypothesis(template, label) for label in labels]
         timing = Timing()
         n, k = len(texts), len(labels)
-        logits = self.pair_logits([t for t in texts for _ in labels], hyps * n, timing, truncate)
-        logits = logits.reshape(n, k, 2) if n else np.empty((0, k, 2))
-        contra, entail = logits[..., 0], logits[..., 1]
-        if self.scoring == "nli_margin":
-            d = entail - contra
-            scores = sigmoid(d) if multi_label else softmax(d, axis=1)
-        elif multi_label or k == 1:
-            scores = softmax(logits, axis=-1)[..., 1]
-        else:
-            scores = softmax(entail, axis=1)
-        results = []
-        for row in scores:
-            order = sorted(range(k), key=lambda j: (-row[j], j))
-            results.append(ZeroShot([labels[j] for j in order], [float(row[j]) for j in order]))
-        return ZeroShotResult(results, timing)
+        enc = self.encode_pairs([t for t in texts for _ in labels], hyps * n, timing, truncate)
+
+        def finish(rows: list) -> ZeroShotResult:
+            logits = stack(rows, 2).reshape(n, k, 2)
+            contra, entail = logits[..., 0], logits[..., 1]
+            if self.scoring == "nli_margin":
+                d = entail - contra
+                scores = sigmoid(d) if multi_label else softmax(d, axis=1)
+            elif multi_label or k == 1:
+                scores = softmax(logits, axis=-1)[..., 1]
+            else:
+                scores = softmax(entail, axis=1)
+            results = []
+            for row in scores:
+                order = sorted(range(k), key=lambda j: (-row[j], j))
+                results.append(ZeroShot([labels[j] for j in order], [float(row[j]) for j in order]))
+            return ZeroShotResult(results, timing)
+
+        return self.work(enc, finish, timing)
+
+    def plan_true_false(self, texts: Sequence[str], assertion: str, threshold: float = 0.5,
+                        truncate: bool | None = None) -> Work:
+        timing = Timing()
+        enc = self.encode_pairs(list(texts), [assertion] * len(texts), timing, truncate)
+        thr = min(max(threshold, 0.0), 1.0)
+
+        def finish(rows: list) -> TrueFalseResult:
+            probs = softmax(stack(rows, 2), axis=-1)[:, 1] if rows else np.empty((0,))
+            return TrueFalseResult([TrueFalse(assertion, float(p), bool(p >= thr)) for p in probs], timing)
+
+        return self.work(enc, finish, timing)
+
+    def classify(self, texts: Sequence[str], labels: Sequence[str], multi_label: bool = False,
+                 template: str | None = None, truncate: bool | None = None) -> ZeroShotResult:
+        return self.run(self.plan_classify(texts, labels, multi_label, template, truncate))
 
     def true_false(self, texts: Sequence[str], assertion: str, threshold: float = 0.5,
                    truncate: bool | None = None) -> TrueFalseResult:
-        timing = Timing()
-        logits = self.pair_logits(list(texts), [assertion] * len(texts), timing, truncate)
-        probs = softmax(logits, axis=-1)[:, 1] if len(texts) else np.empty((0,))
-        thr = min(max(threshold, 0.0), 1.0)
-        return TrueFalseResult([TrueFalse(assertion, float(p), bool(p >= thr)) for p in probs], timing)
+        return self.run(self.plan_true_false(texts, assertion, threshold, truncate))
 
 
 def assertion_for(question: str | None, assertion: str | None) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 from ..engine.inputs import Encoded
 from ..engine.model import Timing
 from ..errors import InputError, ModelLoadError
-from .base import LOGIT_OUTPUTS, forward_rows, pick_output
+from .base import LOGIT_OUTPUTS, RowPipeline, Work, pick_output
 
 MODES = ("mask", "remove", "replace", "hash")
 
@@ -45,6 +45,16 @@ class Detection:
     @property
     def tokens(self) -> int:
         return self.timing.tokens
+
+
+@dataclass
+class Redaction:
+    texts: list[str]               # redacted, per text
+    detection: Detection
+
+    @property
+    def timing(self) -> Timing:
+        return self.detection.timing
 
 
 def parse_tag(label: str) -> tuple[str, str]:
@@ -210,7 +220,9 @@ def redact(text: str, entities: Sequence[Entity], mode: str = "mask", mask_char:
     return "".join(out)
 
 
-class PiiPipeline:
+class PiiPipeline(RowPipeline):
+    ragged = True
+
     def __init__(self, model: Any, salt: str | None = None) -> None:
         """`salt`: the server-wide hash salt; the model's own `pii_hash_salt` wins over it."""
         self.model = model
@@ -258,7 +270,7 @@ class PiiPipeline:
                 "threshold": self.threshold, "window_tokens": self.window, "window_overlap": self.overlap,
                 "hash_salt": self.salt_source}
 
-    def _reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
         logits = out.astype(np.float32, copy=False)
         e = np.exp(logits - logits.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
@@ -266,9 +278,8 @@ class PiiPipeline:
     def windows_of(self, n: int) -> list[tuple[int, int]]:
         return plan_windows(n, self.window, self.overlap)
 
-    def token_probs(self, texts: Sequence[str], timing: Timing | None = None) -> list[tuple[Any, np.ndarray]]:
-        """Per text: (its encoding without special tokens, per-token label probabilities [n, labels])."""
-        timing = timing or Timing()
+    def plan_probs(self, texts: Sequence[str], timing: Timing) -> tuple[Encoded, Any]:
+        """Window rows of every text, and how their per-token rows stitch back to one row per token per text."""
         t0 = time.perf_counter()
         encs = self.model.encoder.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         plan: list[tuple[int, list[tuple[int, int]]]] = []
@@ -281,33 +292,60 @@ class PiiPipeline:
                 ids.append(row)
                 type_ids.append([0] * len(row))
         timing.tokenize_s += time.perf_counter() - t0
-        rows = forward_rows(self.model, Encoded(ids=ids, type_ids=type_ids), self.output, self._reduce,
-                            max_rows=self.max_rows, max_tokens=self.max_tokens, timing=timing, ragged=True)
-        out = []
         p, q = len(self.prefix), len(self.suffix)
-        for enc, (first, wins) in zip(encs, plan, strict=True):
-            parts = [rows[first + k][p: len(rows[first + k]) - q] for k in range(len(wins))]
-            probs = stitch(wins, parts) if enc.ids else np.empty((0, len(self.labels)), dtype=np.float32)
-            out.append((enc, probs))
-        return out
 
-    def detect(self, texts: Sequence[str], threshold: float | None = None,
-               types: Sequence[str] | None = None) -> Detection:
+        def per_text(rows: list) -> list[tuple[Any, np.ndarray]]:
+            out = []
+            for enc, (first, wins) in zip(encs, plan, strict=True):
+                parts = [rows[first + k][p: len(rows[first + k]) - q] for k in range(len(wins))]
+                probs = stitch(wins, parts) if enc.ids else np.empty((0, len(self.labels)), dtype=np.float32)
+                out.append((enc, probs))
+            return out
+
+        return Encoded(ids=ids, type_ids=type_ids), per_text
+
+    def token_probs(self, texts: Sequence[str], timing: Timing | None = None) -> list[tuple[Any, np.ndarray]]:
+        """Per text: (its encoding without special tokens, per-token label probabilities [n, labels])."""
+        timing = timing or Timing()
+        enc, per_text = self.plan_probs(texts, timing)
+        return self.run(self.work(enc, per_text, timing))
+
+    def _entities(self, texts: Sequence[str], per_text: list, threshold: float | None,
+                  types: Sequence[str] | None) -> list[list[Entity]]:
         thr = self.threshold if threshold is None else min(max(float(threshold), 0.0), 1.0)
         keep = set(types) if types is not None else None
-        timing = Timing()
         found = []
-        for text, (enc, probs) in zip(texts, self.token_probs(texts, timing), strict=True):
+        for text, (enc, probs) in zip(texts, per_text, strict=True):
             ents = decode(text, enc.offsets, probs.argmax(axis=-1), probs.max(axis=-1), self.labels, thr) \
                 if len(probs) else []
             found.append([e for e in ents if keep is None or e.entity_type in keep])
-        return Detection(found, timing)
+        return found
 
-    def redact(self, texts: Sequence[str], *, mode: str = "mask", mask_char: str = "*",
-               replacement: str | None = None, threshold: float | None = None, types: Sequence[str] | None = None,
-               salt: bytes | None = None) -> tuple[list[str], Detection]:
+    def plan_detect(self, texts: Sequence[str], threshold: float | None = None,
+                    types: Sequence[str] | None = None) -> Work:
+        timing = Timing()
+        enc, per_text = self.plan_probs(texts, timing)
+        return self.work(enc, lambda rows: Detection(self._entities(texts, per_text(rows), threshold, types),
+                                                     timing), timing)
+
+    def plan_redact(self, texts: Sequence[str], *, mode: str = "mask", mask_char: str = "*",
+                    replacement: str | None = None, threshold: float | None = None,
+                    types: Sequence[str] | None = None, salt: bytes | None = None) -> Work:
         redact("", [], mode, mask_char)  # validate the options before any work
-        det = self.detect(texts, threshold, types)
         key = self.salt if salt is None else salt
-        return [redact(t, ents, mode, mask_char, replacement, key) for t, ents in
-                zip(texts, det.entities, strict=True)], det
+        timing = Timing()
+        enc, per_text = self.plan_probs(texts, timing)
+
+        def finish(rows: list) -> Redaction:
+            det = Detection(self._entities(texts, per_text(rows), threshold, types), timing)
+            return Redaction([redact(t, ents, mode, mask_char, replacement, key)
+                              for t, ents in zip(texts, det.entities, strict=True)], det)
+
+        return self.work(enc, finish, timing)
+
+    def detect(self, texts: Sequence[str], threshold: float | None = None,
+               types: Sequence[str] | None = None) -> Detection:
+        return self.run(self.plan_detect(texts, threshold, types))
+
+    def redact(self, texts: Sequence[str], **kw: Any) -> Redaction:
+        return self.run(self.plan_redact(texts, **kw))

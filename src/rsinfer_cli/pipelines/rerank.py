@@ -17,7 +17,7 @@ import numpy as np
 from ..engine.inputs import Encoded
 from ..engine.model import Timing
 from ..errors import InferenceError, ModelLoadError, TokenizeError
-from .base import LOGIT_OUTPUTS, forward_rows, last_token_index, pick_output
+from .base import LOGIT_OUTPUTS, RowPipeline, Work, last_token_index, pick_output, stack
 
 ALLOWED = {
     "one": ("sigmoid", "logit"),
@@ -45,7 +45,7 @@ class ScoreResult:
         return self.timing.truncated
 
 
-class RerankPipeline:
+class RerankPipeline(RowPipeline):
     def __init__(self, model: Any) -> None:
         self.model = model
         cfg = model.config
@@ -99,7 +99,7 @@ class RerankPipeline:
 
     # ------------------------------------------------------------ rows
 
-    def _reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
         if self.layout == "vocab":
             assert self.yes_no is not None
             last = out[np.arange(out.shape[0]), last_token_index(mask)]
@@ -133,24 +133,32 @@ class RerankPipeline:
             out.append(doc[: e.offsets[max_tokens - 1][1]] if len(e.ids) > max_tokens else doc)
         return out
 
-    def score_pairs(self, queries: Sequence[str], docs: Sequence[str], *, raw: bool = False,
-                    truncate: bool | None = None, direction: str = "right", param: str = "documents") -> ScoreResult:
+    def plan_pairs(self, queries: Sequence[str], docs: Sequence[str], *, raw: bool = False,
+                   truncate: bool | None = None, direction: str = "right", param: str = "documents") -> Work:
         timing = Timing()
         t0 = time.perf_counter()
         enc = self.encode_pairs(queries, docs, truncate, direction, param)
         timing.tokenize_s = time.perf_counter() - t0
-        logits = forward_rows(self.model, enc, self.output, self._reduce, max_rows=self.max_rows,
-                              max_tokens=self.max_tokens, timing=timing)
-        scores = self._scores(logits, raw) if len(docs) else np.empty((0,))
-        if not np.all(np.isfinite(scores)):
-            raise InferenceError(f"model '{self.model.name}' produced a non-finite score", model=self.model.name)
-        return ScoreResult(scores, timing)
 
-    def rerank(self, query: str, docs: Sequence[str], *, raw: bool = False, truncate: bool | None = None,
-               direction: str = "right", max_tokens_per_doc: int | None = None) -> ScoreResult:
+        def finish(rows: list) -> ScoreResult:
+            scores = self._scores(stack(rows, 2), raw) if rows else np.empty((0,))
+            if not np.all(np.isfinite(scores)):
+                raise InferenceError(f"model '{self.model.name}' produced a non-finite score", model=self.model.name)
+            return ScoreResult(scores, timing)
+
+        return self.work(enc, finish, timing)
+
+    def plan_rerank(self, query: str, docs: Sequence[str], *, raw: bool = False, truncate: bool | None = None,
+                    direction: str = "right", max_tokens_per_doc: int | None = None) -> Work:
         if max_tokens_per_doc is not None:
             docs = self.cut_documents(docs, max_tokens_per_doc)
-        return self.score_pairs([query] * len(docs), docs, raw=raw, truncate=truncate, direction=direction)
+        return self.plan_pairs([query] * len(docs), docs, raw=raw, truncate=truncate, direction=direction)
+
+    def score_pairs(self, queries: Sequence[str], docs: Sequence[str], **kw: Any) -> ScoreResult:
+        return self.run(self.plan_pairs(queries, docs, **kw))
+
+    def rerank(self, query: str, docs: Sequence[str], **kw: Any) -> ScoreResult:
+        return self.run(self.plan_rerank(query, docs, **kw))
 
 
 def ranked(scores: np.ndarray, top_n: int | None = None) -> list[int]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from ..config import Config
+from ..engine.batcher import Batcher
 from ..engine.registry import Registry
 from ..errors import ConfigError
 from ..pipelines import build_pipeline
@@ -103,23 +106,35 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     slots = sum(m.pool.size for m in registry.models.values())
     app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
                           middlewares=[observe, errors, guard(config)])
-    gates = {name: Gate(name, m.pool.size, config.server.max_queue, config.server.queue_timeout_ms / 1000)
-             for name, m in registry.models.items()}
-    state = ServerState(config=config, registry=registry,
-                        pipelines={name: build_pipeline(m, config.server) for name, m in registry.models.items()},
-                        gates=gates, executor=ThreadPoolExecutor(max_workers=slots + 1, thread_name_prefix="infer"),
-                        metrics=metrics or Metrics())
+    metrics = metrics or Metrics()
+    wait_s = config.server.queue_timeout_ms / 1000
+    pipelines = {name: build_pipeline(m, config.server) for name, m in registry.models.items()}
+    gates = {name: Gate(name, m.pool.size, config.server.max_queue, wait_s) for name, m in registry.models.items()}
+    # a batched and a direct forward may overlap on one model; the session pool serialises them
+    infer = ThreadPoolExecutor(max_workers=2 * slots, thread_name_prefix="infer")
+    prep = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="prep")
+    batchers = {
+        name: Batcher(name, pipelines[name].forward, workers=m.pool.size, max_rows=m.config.batching.max_rows,
+                      max_tokens=m.config.batching.max_tokens, queue_rows=m.config.batching.queue_rows,
+                      queue_timeout_s=wait_s, executor=infer,
+                      observe=functools.partial(metrics.observe_forward, name))
+        for name, m in registry.models.items() if m.config.batching.enabled
+    }
+    state = ServerState(config=config, registry=registry, pipelines=pipelines, gates=gates, batchers=batchers,
+                        infer_executor=infer, prep_executor=prep, metrics=metrics)
     state.metrics.registry.register(QueueCollector(state.queue_stats))
     app[STATE] = state
-    app.add_routes(ops.routes)
-    app.add_routes(embeddings.routes)
-    app.add_routes(rerank.routes)
-    app.add_routes(pii.routes)
-    app.add_routes(classify.routes)
+    for module in (ops, embeddings, rerank, pii, classify):
+        app.add_routes(module.routes)
 
-    async def executor_lifetime(app: web.Application) -> AsyncIterator[None]:
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        for b in app[STATE].batchers.values():
+            b.start()
         yield
-        app[STATE].executor.shutdown(wait=True)
+        for b in app[STATE].batchers.values():
+            await b.stop()
+        app[STATE].infer_executor.shutdown(wait=True)
+        app[STATE].prep_executor.shutdown(wait=True)
 
-    app.cleanup_ctx.append(executor_lifetime)
+    app.cleanup_ctx.append(lifetime)
     return app

@@ -16,16 +16,19 @@ TOKEN_BUCKETS = tuple(2**i for i in range(4, 18))               # 16 … 131072 
 
 
 class QueueCollector:
-    def __init__(self, read: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
+    def __init__(self, read: Callable[[], Iterable[tuple[str, int, int, int]]]) -> None:
         self.read = read
 
     def collect(self) -> Iterable[Any]:
-        waiting = GaugeMetricFamily("rsinfer_queue_depth", "Requests waiting for a session slot", labels=["model"])
+        waiting = GaugeMetricFamily("rsinfer_queue_depth", "Requests waiting for a session slot (direct path)",
+                                    labels=["model"])
+        rows = GaugeMetricFamily("rsinfer_queue_rows", "Rows queued for cross-request batching", labels=["model"])
         running = GaugeMetricFamily("rsinfer_forwards_running", "Forwards running now", labels=["model"])
-        for model, w, r in self.read():
+        for model, w, q, r in self.read():
             waiting.add_metric([model], w)
+            rows.add_metric([model], q)
             running.add_metric([model], r)
-        return [waiting, running]
+        return [waiting, rows, running]
 
 
 class Metrics:
@@ -51,14 +54,18 @@ class Metrics:
         self.tokens = Counter("rsinfer_tokens", "Input tokens processed", ["model"], registry=r)
         self.truncated = Counter("rsinfer_truncated_inputs", "Inputs cut at max_len", ["model"], registry=r)
 
+    def observe_forward(self, model: str, rows: int, padded: int, seconds: float) -> None:
+        self.inference.labels(model).observe(seconds)
+        self.batch_rows.labels(model).observe(rows)
+        self.batch_tokens.labels(model).observe(padded)
+
     def observe_run(self, model: str, timing: Any, waited: float) -> None:
-        """Turn one engine timing record into metrics."""
+        """Turn one request's timing record into metrics (forwards of the direct path are in it; the batcher
+        reports its own)."""
         self.queue_wait.labels(model).observe(waited)
         self.tokenize.labels(model).observe(timing.tokenize_s)
         for rows, padded, seconds in timing.forwards:
-            self.inference.labels(model).observe(seconds)
-            self.batch_rows.labels(model).observe(rows)
-            self.batch_tokens.labels(model).observe(padded)
+            self.observe_forward(model, rows, padded, seconds)
         self.tokens.labels(model).inc(timing.tokens)
         if timing.truncated:
             self.truncated.labels(model).inc(timing.truncated)

@@ -1,7 +1,8 @@
-"""What every handler reaches through the app: registry, pipelines, admission gates, executor, metrics."""
+"""What every handler reaches through the app: registry, pipelines, batchers, gates, executors, metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from ..config import Config
+from ..engine.batcher import Batcher
 from ..engine.registry import Registry
 from .admission import Gate
 from .metrics import Metrics
@@ -23,20 +25,34 @@ class ServerState:
     registry: Registry
     pipelines: dict[str, Any]
     gates: dict[str, Gate]
-    executor: ThreadPoolExecutor
+    batchers: dict[str, Batcher]
+    infer_executor: ThreadPoolExecutor      # forwards: at most one per replica at a time
+    prep_executor: ThreadPoolExecutor       # tokenization and post-processing
     metrics: Metrics
     started: float = field(default_factory=time.time)
 
-    async def run(self, model: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run a pipeline call off the event loop under the model's admission gate; record its timing."""
-        result, waited = await self.gates[model.name].run(self.executor, functools.partial(fn, *args, **kwargs))
-        timing = getattr(result[-1] if isinstance(result, tuple) else result, "timing", None)
-        if timing is not None:
-            self.metrics.observe_run(model.name, timing, waited)
+    async def infer(self, model: Any, plan: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Tokenize off the loop, run the rows (batched across requests when the model batches and the request
+        fits its queue, else alone in max_batch slices under the admission gate), then build the answer."""
+        loop = asyncio.get_running_loop()
+        work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
+        batcher = self.batchers.get(model.name)
+        if batcher is not None and work.rows <= batcher.capacity:
+            outputs, waited = await batcher.submit(work.enc)
+            result = await loop.run_in_executor(self.prep_executor, work.finish, outputs)
+        else:
+            pipe = self.pipelines[model.name]
+            result, waited = await self.gates[model.name].run(self.infer_executor, pipe.run, work)
+        self.metrics.observe_run(model.name, work.timing, waited)
         return result
 
-    def queue_stats(self) -> list[tuple[str, int, int]]:
-        return [(name, g.waiting, g.running) for name, g in self.gates.items()]
+    def queue_stats(self) -> list[tuple[str, int, int, int]]:
+        """(model, requests waiting for a slot, rows queued for batching, forwards running)."""
+        out = []
+        for name, g in self.gates.items():
+            b = self.batchers.get(name)
+            out.append((name, g.waiting, b.queued if b else 0, g.running + (b.running if b else 0)))
+        return out
 
 
 STATE = web.AppKey("state", ServerState)

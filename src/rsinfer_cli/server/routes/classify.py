@@ -49,7 +49,7 @@ async def zero_shot(request: web.Request) -> web.Response:
         raise InputError("`hypothesis_template` must contain {label} or {}, e.g. \"This text is about {label}.\"",
                          param="hypothesis_template")
     pipe = state.pipelines[model.name]
-    res = await state.run(model, pipe.classify, texts, labels, body.bool("multi_label", False), template,
+    res = await state.infer(model, pipe.plan_classify, texts, labels, body.bool("multi_label", False), template,
                           body.bool("truncate", None))
     usage = {"prompt_tokens": res.tokens, "total_tokens": res.tokens}
     if single:
@@ -71,7 +71,7 @@ async def true_false(request: web.Request) -> web.Response:
     assertion = assertion_for(body.str("question", None), body.str("assertion", None))
     threshold = body.number("threshold", 0.5)
     pipe = state.pipelines[model.name]
-    res = await state.run(model, pipe.true_false, texts, assertion, threshold, body.bool("truncate", None))
+    res = await state.infer(model, pipe.plan_true_false, texts, assertion, threshold, body.bool("truncate", None))
     usage = {"prompt_tokens": res.tokens, "total_tokens": res.tokens}
     if single:
         return json_response({"object": "classification.true_false", "model": model.name,

@@ -47,7 +47,7 @@ async def openai_embeddings(request: web.Request) -> web.Response:
         raise InputError(f"`encoding_format` must be \"float\" or \"base64\", got {fmt!r}", param="encoding_format")
     dims = body.int("dimensions", None)
     pipe.check_dimensions(dims)
-    result = await state.run(model, pipe.embed, texts, ids, dimensions=dims, truncate=body.bool("truncate", None))
+    result = await state.infer(model, pipe.plan, texts, ids, dimensions=dims, truncate=body.bool("truncate", None))
     vectors = result.vectors
     if fmt == "base64":
         le = vectors.astype("<f4", copy=False)
@@ -75,6 +75,6 @@ async def tei_embed(request: web.Request) -> web.Response:
                          param="truncation_direction")
     dims = body.int("dimensions", None)
     pipe.check_dimensions(dims)
-    result = await state.run(model, pipe.embed, texts, ids, dimensions=dims, normalize=body.bool("normalize", None),
+    result = await state.infer(model, pipe.plan, texts, ids, dimensions=dims, normalize=body.bool("normalize", None),
                              truncate=body.bool("truncate", None), direction=direction, param="inputs")
     return json_response(np.asarray(result.vectors), truncation_headers(result.truncated))

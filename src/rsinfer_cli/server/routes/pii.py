@@ -38,7 +38,7 @@ async def detect(request: web.Request) -> web.Response:
     body = Body(await json_body(request))
     model = state.registry.get(body.str("model", None), "pii")
     texts, many = _texts(body)
-    det = await state.run(model, state.pipelines[model.name].detect, texts, **_options(body))
+    det = await state.infer(model, state.pipelines[model.name].plan_detect, texts, **_options(body))
     results = []
     for text, ents in zip(texts, det.entities, strict=True):
         item: dict = {"entities": [e.to_json() for e in ents]}
@@ -62,9 +62,10 @@ async def redact(request: web.Request) -> web.Response:
     if replacement is not None and "{type}" not in replacement:
         raise InputError("`replacement` must contain {type}, e.g. \"<{type}>\"", param="replacement")
     pipe = state.pipelines[model.name]
-    redacted, det = await state.run(model, pipe.redact, texts, mode=mode, mask_char=mask_char,
-                                    replacement=replacement, **_options(body))
+    res = await state.infer(model, pipe.plan_redact, texts, mode=mode, mask_char=mask_char,
+                            replacement=replacement, **_options(body))
+    det = res.detection
     results = [{"text": r, "entities": [e.to_json() for e in ents]}
-               for r, ents in zip(redacted, det.entities, strict=True)]
+               for r, ents in zip(res.texts, det.entities, strict=True)]
     return json_response({"object": "pii.redaction", "model": model.name, "results": results,
                           "usage": {"prompt_tokens": det.tokens, "total_tokens": det.tokens}})

@@ -69,7 +69,7 @@ async def _score(request: web.Request, body: Body, texts: list[str], *, raw: boo
     model = state.registry.get(body.str("model", None), "rerank")
     query = body.str("query")
     pipe = state.pipelines[model.name]
-    result = await state.run(model, pipe.rerank, query, texts, raw=raw, truncate=body.bool("truncate", None),
+    result = await state.infer(model, pipe.plan_rerank, query, texts, raw=raw, truncate=body.bool("truncate", None),
                              direction=direction, max_tokens_per_doc=max_tokens_per_doc)
     return model, result
 
@@ -165,7 +165,7 @@ async def vllm_score(request: web.Request) -> web.Response:
                               f"{state.config.server.max_rerank_documents} per request", param=right_key)
     model = state.registry.get(body.str("model", None), "rerank")
     pipe = state.pipelines[model.name]
-    result = await state.run(model, pipe.score_pairs, lefts, rights, truncate=body.bool("truncate", None),
+    result = await state.infer(model, pipe.plan_pairs, lefts, rights, truncate=body.bool("truncate", None),
                              param=right_key)
     data = [{"index": i, "object": "score", "score": float(s)} for i, s in enumerate(result.scores)]
     return json_response({"id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
