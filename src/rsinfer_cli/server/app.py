@@ -42,6 +42,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Outermost: metrics and one access-log line per request (never the body), whatever the outcome."""
     t0 = time.perf_counter()
     status = 500
+    metrics = request.app[STATE].metrics
+    metrics.in_flight.inc()
     try:
         response = await handler(request)
         status = response.status
@@ -50,9 +52,9 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         status = exc.status
         raise
     finally:
+        metrics.in_flight.dec()
         elapsed = time.perf_counter() - t0
         route = route_label(request)
-        metrics = request.app[STATE].metrics
         metrics.requests.labels(route, str(status)).inc()
         metrics.duration.labels(route).observe(elapsed)
         access_log.info("%s %s %s %d %.1fms", request.remote, request.method, route, status, elapsed * 1000)

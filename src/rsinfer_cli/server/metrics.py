@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -41,6 +41,7 @@ class Metrics:
                                 ["route", "status"], registry=r)
         self.duration = Histogram("rsinfer_http_request_duration_seconds", "HTTP request duration",
                                   ["route"], buckets=HTTP_BUCKETS, registry=r)
+        self.in_flight = Gauge("rsinfer_http_requests_in_flight", "HTTP requests being handled", registry=r)
         self.queue_wait = Histogram("rsinfer_queue_wait_seconds", "Wait for a session slot", ["model"],
                                     buckets=STAGE_BUCKETS, registry=r)
         self.tokenize = Histogram("rsinfer_tokenize_seconds", "Tokenization time per request", ["model"],

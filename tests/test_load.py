@@ -1,0 +1,120 @@
+"""Load behaviour of a real `rsinfer serve` subprocess under bounded loopback load: overload is shed with
+429/503 and JSON error bodies (never a 500 or a hang, memory stays bounded), and SIGTERM while requests are
+accepted lets every one of them finish before the process exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import signal
+import time
+
+import httpx
+import pytest
+
+from serverutil import ServeProcess, free_port
+
+pytestmark = [pytest.mark.shared, pytest.mark.slow]
+WORDS = "the quick brown fox jumps over the lazy dog while the printing press rolls on".split()
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def metric(text: str, name: str) -> float:
+    m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def serve(tmp_path, shared_models, server: str, batching: str) -> ServeProcess:
+    port = free_port()
+    cfg = tmp_path / "load.yaml"
+    cfg.write_text(f"server: {{bind: '127.0.0.1:{port}', {server}}}\nmodels:\n"
+                   f"  - {{name: mini, kind: embedding, path: '{shared_models / 'all-minilm-l6-v2'}', replicas: 1, "
+                   f"intra_threads: 1, batching: {{{batching}}}}}\n")
+    srv = ServeProcess(cfg, port)
+    srv.wait_ready()
+    return srv
+
+
+async def hammer(url: str, clients: int, seconds: float, max_requests: int) -> list[tuple[int, dict | None]]:
+    import aiohttp
+
+    rng = random.Random(5)
+    bodies = [{"input": [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 60)))
+                         for _ in range(rng.randint(1, 4))]} for _ in range(64)]
+    results: list[tuple[int, dict | None]] = []
+    deadline = time.monotonic() + seconds
+    timeout = aiohttp.ClientTimeout(total=30)
+
+    async def client(k: int, http) -> None:
+        i = k
+        while time.monotonic() < deadline and len(results) < max_requests:
+            async with http.post(url + "/v1/embeddings", json=bodies[i % len(bodies)]) as r:
+                raw = await r.read()
+                results.append((r.status, json.loads(raw) if r.status != 200 else None))
+            i += clients
+
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        await asyncio.gather(*(client(k, http) for k in range(clients)))
+    return results
+
+
+def test_overload_is_shed_with_typed_errors(shared_models, tmp_path):
+    srv = serve(tmp_path, shared_models, "max_queue: 4, queue_timeout_ms: 250, request_timeout_ms: 10000",
+                "max_rows: 8, queue_rows: 16")
+    try:
+        base = rss_mib(srv.proc.pid)
+        results = asyncio.run(asyncio.wait_for(hammer(srv.url, clients=64, seconds=4, max_requests=4000), 60))
+        statuses = {s for s, _ in results}
+        assert statuses <= {200, 429, 503}, statuses
+        assert 200 in statuses and statuses & {429, 503}, statuses  # it was overloaded, and still served
+        for status, body in results:
+            if status != 200:
+                assert body["error"]["code"] == status
+                assert body["error"]["type"] == {429: "rate_limit_error", 503: "timeout_error"}[status]
+        assert rss_mib(srv.proc.pid) - base < 400  # bounded queues: memory does not grow with the load
+        text = httpx.get(srv.url + "/metrics", timeout=10).text
+        assert metric(text, 'rsinfer_batch_rows_count{model="mini"}') > 0
+        assert 'rsinfer_http_requests_total{route="/v1/embeddings",status="429"}' in text
+        assert httpx.get(srv.url + "/health", timeout=10).status_code == 200  # and it recovers
+    finally:
+        assert srv.stop() == 0
+
+
+def test_sigterm_lets_every_accepted_request_finish(shared_models, tmp_path):
+    srv = serve(tmp_path, shared_models, "request_timeout_ms: 120000", "max_rows: 16, queue_rows: 8192")
+    try:
+        texts = [" ".join(WORDS) * 4] * 48
+
+        async def main():
+            import aiohttp
+
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+                async def one():
+                    async with http.post(srv.url + "/v1/embeddings", json={"input": texts}) as r:
+                        body = await r.json()
+                        return r.status, len(body.get("data", []))
+
+                tasks = [asyncio.create_task(one()) for _ in range(24)]
+                deadline = time.monotonic() + 30
+                accepted = 0.0
+                while time.monotonic() < deadline:  # every request is inside a handler (the probe is one too)
+                    async with http.get(srv.url + "/metrics") as r:
+                        accepted = metric(await r.text(), "rsinfer_http_requests_in_flight") - 1
+                    if accepted >= 24:
+                        break
+                    await asyncio.sleep(0.02)
+                assert accepted >= 24, accepted
+                srv.proc.send_signal(signal.SIGTERM)
+                return await asyncio.gather(*tasks)
+
+        results = asyncio.run(asyncio.wait_for(main(), 180))
+        assert results == [(200, 48)] * 24
+        assert srv.proc.wait(60) == 0
+    finally:
+        srv.stop()
