@@ -6,7 +6,30 @@ _rsinfer() {
     done
     case "$cmd" in
         "")
-            COMPREPLY=($(compgen -W "classify detect download embed inspect redact rerank serve --version --help" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "bench classify detect download embed inspect redact rerank serve --version --help" -- "$cur")); return ;;
+        bench)
+            case "$prev" in
+                --url) return ;;
+                --route) return ;;
+                --concurrency) return ;;
+                --requests) return ;;
+                --duration) return ;;
+                --texts-per-request) return ;;
+                --corpus) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --eps) return ;;
+                --batch-sizes) return ;;
+                --seq-lens) return ;;
+                --warmup) return ;;
+                --repeats) return ;;
+                --model|-m) return ;;
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --hf) return ;;
+                --revision) return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot pii tensor" -- "$cur")); return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--url --route --concurrency --requests --duration --texts-per-request --corpus --eps --batch-sizes --seq-lens --warmup --repeats --model -m --config -c --path --hf --revision --dtype --kind --json --help -h" -- "$cur")) ;;
         classify)
             case "$prev" in
                 --labels|-l) return ;;

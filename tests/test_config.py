@@ -46,7 +46,7 @@ def test_minimal_defaults(tmp_path):
     m = cfg.models[0]
     assert (m.replicas, m.revision, m.dtype, m.eps, m.max_len, m.truncate) == (2, "main", "auto", ("cpu",), None, True)
     assert (m.batching.enabled, m.batching.max_rows, m.batching.max_tokens, m.batching.queue_rows) == \
-        (True, 64, 8192, 1024)
+        (True, 64, None, 1024)
     s = cfg.server
     assert (s.bind, s.max_body_mb, s.request_timeout_ms, s.max_queue, s.queue_timeout_ms) == \
         ("127.0.0.1:8080", 32, 120_000, 256, 30_000)

@@ -30,11 +30,15 @@ def _opt(default: Any = None, **meta: Any) -> Any:
     return field(default=default, metadata=meta)
 
 
+CPU_MAX_TOKENS = 512        # padded tokens per forward that run fastest on CPU (benchmarks/RESULTS.md)
+ACCELERATOR_MAX_TOKENS = 8192
+
+
 @dataclass(frozen=True)
 class BatchingConfig:
     enabled: bool = True
     max_rows: int = _opt(64, gt=0)
-    max_tokens: int = _opt(8192, gt=0)
+    max_tokens: int | None = _opt(None, gt=0)   # None: 512 when the model runs on CPU, 8192 on an accelerator
     queue_rows: int = _opt(1024, gt=0)
 
 

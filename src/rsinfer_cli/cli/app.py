@@ -21,7 +21,7 @@ from ..errors import (
     RsinferError,
     Saturated,
 )
-from . import classify, download, embed, inspect, redact, rerank, serve
+from . import bench, classify, download, embed, inspect, redact, rerank, serve
 
 
 class ExitCode(enum.IntEnum):
@@ -98,6 +98,7 @@ def root(
     """
 
 
+app.command("bench", help=bench.bench_cmd.__doc__)(bench.bench_cmd)
 app.command("classify", help=classify.classify_cmd.__doc__)(classify.classify_cmd)
 app.command("download", help=download.__doc__)(download.download_cmd)
 app.command("embed", help=embed.embed_cmd.__doc__)(embed.embed_cmd)

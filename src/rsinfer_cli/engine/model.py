@@ -108,6 +108,17 @@ class LoadedModel:
     def hf_config(self) -> dict[str, Any]:
         return self.aux.get("config.json", {})
 
+    @property
+    def max_tokens(self) -> int:
+        """Padded tokens per forward: `batching.max_tokens`, else a default for where the model runs (on CPU,
+        padding and long batches cost more than the per-forward overhead they save)."""
+        from ..config import ACCELERATOR_MAX_TOKENS, CPU_MAX_TOKENS
+
+        configured = self.config.batching.max_tokens
+        if configured:
+            return configured
+        return CPU_MAX_TOKENS if self.providers[0] == "cpu" else ACCELERATOR_MAX_TOKENS
+
     def run(self, output_names: list[str] | None, feeds: dict[str, Any], timing: Timing | None = None,
             timeout_s: float | None = None) -> list:
         """One forward on a free replica (waits per the pool's budget); recorded in `timing`."""

@@ -85,7 +85,7 @@ class EmbeddingPipeline(RowPipeline):
         self.dim = min(cfg.dimensions, d) if cfg.dimensions and isinstance(d, int) else (cfg.dimensions or d)
         self.normalize = cfg.normalize
         self.max_rows = cfg.max_batch
-        self.max_tokens = cfg.batching.max_tokens
+        self.max_tokens = model.max_tokens
         self.vocab_size = model.encoder.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def describe(self) -> dict[str, Any]:

@@ -129,7 +129,7 @@ class NliPipeline(RowPipeline):
         self.template = cfg.hypothesis_template
         self.scoring = cfg.zeroshot_scoring
         self.max_rows = cfg.max_batch
-        self.max_tokens = cfg.batching.max_tokens
+        self.max_tokens = model.max_tokens
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "zeroshot", "output": self.output, "labels": self.labels,

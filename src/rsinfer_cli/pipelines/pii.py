@@ -259,7 +259,7 @@ class PiiPipeline(RowPipeline):
         self.overlap = max(max_len // 4, 1) if self.window > max_len // 4 else self.window // 2
         self.threshold = cfg.threshold
         self.max_rows = cfg.max_batch
-        self.max_tokens = cfg.batching.max_tokens
+        self.max_tokens = model.max_tokens
         self.salt_source = "pii_hash_salt of the model" if cfg.pii_hash_salt else (
             "server.pii_hash_salt" if salt else "random per process (set pii_hash_salt for stable hashes)")
         chosen = cfg.pii_hash_salt or salt

@@ -67,7 +67,7 @@ class RerankPipeline(RowPipeline):
         if self.layout == "vocab":
             self.yes_no = (self._single_token(cfg.name, "no"), self._single_token(cfg.name, "yes"))
         self.max_rows = cfg.max_batch
-        self.max_tokens = cfg.batching.max_tokens
+        self.max_tokens = model.max_tokens
 
     def _single_token(self, name: str, word: str) -> int:
         tok = self.model.encoder.tokenizer

@@ -18,6 +18,8 @@ from ..engine.registry import Registry
 from .admission import Gate
 from .metrics import Metrics
 
+INLINE_FINISH_ROWS = 16
+
 
 @dataclass
 class ServerState:
@@ -39,7 +41,10 @@ class ServerState:
         batcher = self.batchers.get(model.name)
         if batcher is not None and work.rows <= batcher.capacity:
             outputs, waited = await batcher.submit(work.enc)
-            result = await loop.run_in_executor(self.prep_executor, work.finish, outputs)
+            if work.rows <= INLINE_FINISH_ROWS and not self.pipelines[model.name].ragged:
+                result = work.finish(outputs)  # a few vectors: cheaper here than a thread hop
+            else:
+                result = await loop.run_in_executor(self.prep_executor, work.finish, outputs)
         else:
             pipe = self.pipelines[model.name]
             result, waited = await self.gates[model.name].run(self.infer_executor, pipe.run, work)

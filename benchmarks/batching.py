@@ -1,0 +1,245 @@
+"""Cross-request batching against the raw ONNX Runtime ceiling and against batching off, in one run.
+
+    .venv/bin/python benchmarks/batching.py            # writes benchmarks/RESULTS.md
+
+Measured on the same machine in the same run, reported as ratios (the machines are shared and noisy):
+  (a) the ceiling: the best in-process tokenize + session.run + pooling throughput over batch sizes, on the same
+      texts, with two sessions x one intra-op thread (the fastest layout on 2 cores, design.md section 11);
+  (b) `rsinfer serve` with batching on, (c) with batching off - both two replicas x one thread;
+for 64 concurrent one-text clients (short queries), 8 clients x 16 mixed-length texts, one client with one
+text (latency), rerank (1 query x 20 documents) and PII (one paragraph per request). The load generator is an
+asyncio client in this process on 127.0.0.1; every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent
+SHARED = Path(os.environ.get("RSINFER_SHARED_MODELS") or ROOT.parents[1] / "shared" / "models")
+WORDS = ("the printing press changed how ideas spread across europe in the fifteenth century while merchants "
+         "scholars and priests argued about cost speed accuracy and the value of copying by hand").split()
+QUERY_WORDS = "what is the capital of france how do i reset my password where is my parcel".split()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mixed(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 120))) for _ in range(n)]
+
+
+def queries(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(QUERY_WORDS) for _ in range(rng.randint(3, 8))) for _ in range(n)]
+
+
+# ---------------------------------------------------------------- (a) the in-process ceiling
+
+
+def ceiling(model_dir: Path, texts: list[str], batch_sizes: list[int]) -> tuple[float, int]:
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tok.no_padding()
+    tok.enable_truncation(256)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sessions = [ort.InferenceSession(str(model_dir / "onnx/model.onnx"), so, providers=["CPUExecutionProvider"])
+                for _ in range(2)]
+
+    def embed(sess, chunk: list[str]) -> None:
+        encs = tok.encode_batch(chunk)
+        width = max(len(e.ids) for e in encs)
+        ids = np.zeros((len(encs), width), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for i, e in enumerate(encs):
+            ids[i, :len(e.ids)] = e.ids
+            mask[i, :len(e.ids)] = 1
+        (h,) = sess.run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask,
+                                                "token_type_ids": np.zeros_like(ids)})
+        v = (h * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
+        _ = v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    best, best_b = 0.0, 1
+    ordered = sorted(texts, key=len)  # the ceiling gets length-sorted chunks: its best case
+    for b in batch_sizes:
+        chunks = [ordered[i:i + b] for i in range(0, len(ordered), b)]
+        for s in sessions:
+            embed(s, chunks[0])
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=lambda s=s, part=chunks[k::2]: [embed(s, c) for c in part])
+                   for k, s in enumerate(sessions)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rate = len(texts) / (time.perf_counter() - t0)
+        if rate > best:
+            best, best_b = rate, b
+    return best, best_b
+
+
+# ---------------------------------------------------------------- (b)/(c) the server
+
+
+class Server:
+    def __init__(self, batching: bool, tmp: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cfg = tmp / f"bench-{batching}.yaml"
+        common = f"replicas: 2, intra_threads: 1, batching: {{enabled: {str(batching).lower()}}}"
+        cfg.write_text(
+            f"server: {{bind: '127.0.0.1:{self.port}', max_queue: 1024}}\nmodels:\n"
+            f"  - {{name: mini, kind: embedding, path: '{SHARED / 'all-minilm-l6-v2'}', {common}}}\n"
+            f"  - {{name: rr, kind: rerank, path: '{SHARED / 'tiny-reranker-1'}', {common}}}\n"
+            f"  - {{name: pii, kind: pii, path: '{SHARED / 'rampart-pii'}', {common}}}\n")
+        self.proc = subprocess.Popen([sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg),
+                                      "--log-level", "warning"], stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        deadline = time.monotonic() + 120
+        for line in self.proc.stderr:
+            if "listening on" in line:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+
+async def drive(url: str, route: str, bodies: list[dict], clients: int, max_s: float) -> dict:
+    import aiohttp
+
+    lat: list[float] = []
+    errors = 0
+    i = 0
+    deadline = time.monotonic() + max_s
+    payloads = [json.dumps(b).encode() for b in bodies]
+
+    async def client(http: aiohttp.ClientSession) -> None:
+        nonlocal i, errors
+        while i < len(payloads) and time.monotonic() < deadline:
+            body = payloads[i]
+            i += 1
+            t0 = time.perf_counter()
+            async with http.post(url + route, data=body, headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+                if r.status != 200:
+                    errors += 1
+                    continue
+            lat.append(time.perf_counter() - t0)
+
+    conn = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=120)) as http:
+        for b in payloads[:4]:  # warm-up
+            async with http.post(url + route, data=b, headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+        elapsed = time.perf_counter() - t0
+    return {"requests": len(lat), "errors": errors, "rps": len(lat) / elapsed,
+            "p50_ms": float(np.percentile(lat, 50) * 1000) if lat else 0.0}
+
+
+def workloads() -> dict[str, tuple[str, list[dict], int, int]]:
+    """name → (route, request bodies, clients, texts per request)."""
+    short = queries(3000, 1)
+    mixed_texts = mixed(1600, 2)
+    paragraphs = [f"Hi, this is Alex Rivera. {' '.join(mixed(1, k)[0].split()[:40])} Reach me at "
+                  f"alex{k}@example.com or (415) 555-{k:04d}." for k in range(300)]
+    return {
+        "64 clients x 1 short query": ("/v1/embeddings", [{"model": "mini", "input": q} for q in short], 64, 1),
+        "8 clients x 16 mixed texts": ("/v1/embeddings", [{"model": "mini", "input": mixed_texts[k:k + 16]}
+                                                          for k in range(0, 1600, 16)], 8, 16),
+        "1 client x 1 text (latency)": ("/v1/embeddings", [{"model": "mini", "input": q} for q in short[:300]], 1, 1),
+        "rerank 1 query x 20 docs": ("/v1/rerank", [{"model": "rr", "query": "where is my parcel",
+                                                    "documents": mixed_texts[k:k + 20]} for k in range(0, 1600, 20)],
+                                     8, 20),
+        "pii 1 paragraph": ("/pii/redact", [{"model": "pii", "text": p} for p in paragraphs], 16, 1),
+    }
+
+
+def machine() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import onnxruntime
+
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, onnxruntime {onnxruntime.__version__}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--max-seconds", type=float, default=30, help="per workload and mode")
+    ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
+    args = ap.parse_args()
+    loads = workloads()
+    short_texts = [b["input"] for b in loads["64 clients x 1 short query"][1][:1000]]
+    mixed_texts = [t for b in loads["8 clients x 16 mixed texts"][1] for t in b["input"]]
+    ceil_short, b_short = ceiling(SHARED / "all-minilm-l6-v2", short_texts, [1, 8, 16, 32, 64])
+    ceil_mixed, b_mixed = ceiling(SHARED / "all-minilm-l6-v2", mixed_texts, [1, 4, 8, 16])
+    results: dict[str, dict[str, dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for batching in (True, False):
+            srv = Server(batching, Path(tmp))
+            try:
+                for name, (route, bodies, clients, _) in loads.items():
+                    r = asyncio.run(drive(srv.url, route, bodies, clients, args.max_seconds))
+                    results.setdefault(name, {})["on" if batching else "off"] = r
+            finally:
+                srv.stop()
+    rows = []
+    for name, (_, _, _, per) in loads.items():
+        on, off = results[name]["on"], results[name]["off"]
+        ceil = ceil_short if "short" in name or "latency" in name else ceil_mixed if "mixed" in name else None
+        rows.append({"workload": name, "on_texts_s": on["rps"] * per, "off_texts_s": off["rps"] * per,
+                     "on_over_off": on["rps"] / off["rps"] if off["rps"] else 0.0,
+                     "on_over_ceiling": on["rps"] * per / ceil if ceil else None,
+                     "p50_on_ms": on["p50_ms"], "p50_off_ms": off["p50_ms"],
+                     "errors": on["errors"] + off["errors"]})
+    text = ["# Batching benchmark", "", f"Machine: {machine()}.", "",
+            "Reproduce: `.venv/bin/python benchmarks/batching.py` (writes this file). Ceiling = best in-process "
+            "tokenize + session.run + mean pooling over batch sizes on the same texts, two sessions x one thread: "
+            f"{ceil_short:.1f} texts/s for the short queries (batch {b_short}), {ceil_mixed:.1f} texts/s for the "
+            f"mixed texts (batch {b_mixed}). Server: two replicas x one intra-op thread, batching on vs off.", "",
+            "| workload | texts/s on | texts/s off | on / off | on / ceiling | p50 on (ms) | p50 off (ms) | errors |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = f"{r['on_over_ceiling']:.2f}" if r["on_over_ceiling"] is not None else "-"
+        text.append(f"| {r['workload']} | {r['on_texts_s']:.1f} | {r['off_texts_s']:.1f} | {r['on_over_off']:.2f} "
+                    f"| {ratio} | {r['p50_on_ms']:.1f} | {r['p50_off_ms']:.1f} | {r['errors']} |")
+    lat = next(r for r in rows if "latency" in r["workload"])
+    text += ["", f"One client, one text: p50 with batching on / off = {lat['p50_on_ms'] / lat['p50_off_ms']:.2f}.", ""]
+    args.out.write_text("\n".join(text))
+    print("\n".join(text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
