@@ -93,10 +93,12 @@ def test_backlog_is_sorted_and_split_per_idle_replica():
         fake = FakeForward()
         b = Batcher("m", fake, workers=2, max_rows=64, max_tokens=20, queue_rows=64, queue_timeout_s=5,
                     executor=EXECUTOR)
-        b._wake = asyncio.Event()  # no gatherer yet: build a backlog first
+        b._wake = asyncio.Event()  # no gatherer, and no idle replica yet: build a backlog first
+        b.idle = 0
         tasks = [asyncio.create_task(b.submit(rows(n))) for n in (10, 3, 10, 4, 3)]
         await asyncio.sleep(0)
         assert b.queued == 5
+        b.idle = 2
         b._dispatch_backlog()
         results = await asyncio.gather(*tasks)
         return fake.calls, results
@@ -116,8 +118,10 @@ def test_more_splits(lengths, idle, max_rows, budget, expected):
         b = Batcher("m", fake, workers=idle, max_rows=max_rows, max_tokens=budget, queue_rows=64,
                     queue_timeout_s=5, executor=EXECUTOR)
         b._wake = asyncio.Event()
+        b.idle = 0
         tasks = [asyncio.create_task(b.submit(rows(n))) for n in lengths]
         await asyncio.sleep(0)
+        b.idle = idle
         b._dispatch_backlog()
         await asyncio.gather(*tasks)
         return fake.calls

@@ -111,7 +111,10 @@ class Batcher:
         self.queue.extend(_Row(job, i, len(r)) for i, r in enumerate(enc.ids))
         self.queued += n
         assert self._wake is not None, "Batcher.start() was not called"
-        self._wake.set()
+        if self.idle:
+            self._dispatch_backlog()  # a replica is free: go now, without a round trip through the gatherer
+        if self.queue:
+            self._wake.set()
         try:
             outputs = await job.future
         except asyncio.CancelledError:

@@ -58,7 +58,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         route = route_label(request)
         metrics.requests.labels(route, str(status)).inc()
         metrics.duration.labels(route).observe(elapsed)
-        access_log.info("%s %s %s %d %.1fms", request.remote, request.method, route, status, elapsed * 1000)
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info("%s %s %s %d %.1fms", request.remote, request.method, route, status, elapsed * 1000)
 
 
 @web.middleware

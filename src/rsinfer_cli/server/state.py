@@ -19,6 +19,24 @@ from .admission import Gate
 from .metrics import Metrics
 
 INLINE_FINISH_ROWS = 16
+INLINE_TOKENIZE_CHARS = 1024
+
+
+def _small(args: tuple) -> bool:
+    """True when every text argument of a request adds up to a few hundred characters."""
+    total = 0
+    for a in args:
+        if isinstance(a, str):
+            total += len(a)
+        elif isinstance(a, list) and a and isinstance(a[0], str):
+            if len(a) > 16:
+                return False
+            total += sum(len(x) for x in a)
+        elif isinstance(a, list) and a:
+            return False  # token ids or other rows: let the thread do it
+        if total > INLINE_TOKENIZE_CHARS:
+            return False
+    return True
 
 
 @dataclass
@@ -37,7 +55,10 @@ class ServerState:
         """Tokenize off the loop, run the rows (batched across requests when the model batches and the request
         fits its queue, else alone in max_batch slices under the admission gate), then build the answer."""
         loop = asyncio.get_running_loop()
-        work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
+        if _small(args):  # a few short texts tokenize faster than a hand-off to a thread and back
+            work = plan(*args, **kwargs)
+        else:
+            work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
         batcher = self.batchers.get(model.name)
         if batcher is not None and work.rows <= batcher.capacity:
             outputs, waited = await batcher.submit(work.enc)
