@@ -40,21 +40,9 @@ async def _serve(app: web.Application, host: str, port: int, drain_s: float) -> 
     log.warning("stopped")
 
 
-def event_loop_policy() -> asyncio.AbstractEventLoopPolicy | None:
-    """uvloop where it is installed (it halves the event loop's share of each request); else asyncio's own."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.EventLoopPolicy()
-
-
 def serve(config: Config, host: str | None = None, port: int | None = None) -> None:
     registry = Registry.load(config)  # the listener binds only after every model is loaded
     app = create_app(config, registry)
-    policy = event_loop_policy()
-    if policy is not None:
-        asyncio.set_event_loop_policy(policy)
     # Forward threads need the GIL briefly before and after each session.run; with the default 5 ms switch
     # interval a busy event loop can keep a replica idle that long. 1 ms keeps replicas fed.
     sys.setswitchinterval(0.001)
