@@ -253,6 +253,12 @@ def bench_cmd(
         return
     from .common import guess_kind, model_from_options
 
+    ep_list = [e.strip() for e in eps.split(",") if e.strip()]
+    if not ep_list:
+        raise ConfigError("--eps is empty")
+    if warmup < 0 or repeats < 1:
+        raise ConfigError("--warmup must be >= 0 and --repeats >= 1")
+    shapes = _ints(batch_sizes, "--batch-sizes"), _ints(seq_lens, "--seq-lens")  # checked before any loading
     cfg, server = model_from_options(name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
                                      kind=kind, replicas=1)
     if kind is None and (path is not None or hf is not None):
@@ -264,13 +270,7 @@ def bench_cmd(
         resolved = resolve(ModelSource.of(cfg))
         hf_cfg = json.loads(resolved.aux["config.json"].read_text()) if "config.json" in resolved.aux else {}
         cfg = dataclasses.replace(cfg, kind=guess_kind(hf_cfg)[0])
-    ep_list = [e.strip() for e in eps.split(",") if e.strip()]
-    if not ep_list:
-        raise ConfigError("--eps is empty")
-    if warmup < 0 or repeats < 1:
-        raise ConfigError("--warmup must be >= 0 and --repeats >= 1")
-    rows = bench_in_process(cfg, server, ep_list, _ints(batch_sizes, "--batch-sizes"), _ints(seq_lens, "--seq-lens"),
-                            warmup, repeats)
+    rows = bench_in_process(cfg, server, ep_list, *shapes, warmup, repeats)
     if json_out:
         print_json({"model": cfg.name, "kind": cfg.kind, "results": rows})
     else:
