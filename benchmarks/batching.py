@@ -19,8 +19,6 @@ import json
 import os
 import platform
 import random
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,18 +26,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _serve import Serve
 
 ROOT = Path(__file__).resolve().parent
 SHARED = Path(os.environ.get("RSINFER_SHARED_MODELS") or ROOT.parents[1] / "shared" / "models")
 WORDS = ("the printing press changed how ideas spread across europe in the fifteenth century while merchants "
          "scholars and priests argued about cost speed accuracy and the value of copying by hand").split()
 QUERY_WORDS = "what is the capital of france how do i reset my password where is my parcel".split()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mixed(n: int, seed: int) -> list[str]:
@@ -102,32 +95,12 @@ def ceiling(model_dir: Path, texts: list[str], batch_sizes: list[int]) -> tuple[
 # ---------------------------------------------------------------- (b)/(c) the server
 
 
-class Server:
-    def __init__(self, batching: bool, tmp: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cfg = tmp / f"bench-{batching}.yaml"
-        common = f"replicas: 2, intra_threads: 1, batching: {{enabled: {str(batching).lower()}}}"
-        cfg.write_text(
-            f"server: {{bind: '127.0.0.1:{self.port}', max_queue: 1024}}\nmodels:\n"
-            f"  - {{name: mini, kind: embedding, path: '{SHARED / 'all-minilm-l6-v2'}', {common}}}\n"
-            f"  - {{name: rr, kind: rerank, path: '{SHARED / 'tiny-reranker-1'}', {common}}}\n"
-            f"  - {{name: pii, kind: pii, path: '{SHARED / 'rampart-pii'}', {common}}}\n")
-        self.proc = subprocess.Popen([sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg),
-                                      "--log-level", "warning"], stderr=subprocess.PIPE, text=True)
-        assert self.proc.stderr is not None
-        deadline = time.monotonic() + 120
-        for line in self.proc.stderr:
-            if "listening on" in line:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
-        if self.proc.stderr:
-            self.proc.stderr.close()
+def server(batching: bool, tmp: Path) -> Serve:
+    common = f"replicas: 2, intra_threads: 1, batching: {{enabled: {str(batching).lower()}}}"
+    models = (f"  - {{name: mini, kind: embedding, path: '{SHARED / 'all-minilm-l6-v2'}', {common}}}\n"
+              f"  - {{name: rr, kind: rerank, path: '{SHARED / 'tiny-reranker-1'}', {common}}}\n"
+              f"  - {{name: pii, kind: pii, path: '{SHARED / 'rampart-pii'}', {common}}}\n")
+    return Serve(models, tmp, "max_queue: 1024", name=f"batching-{batching}")
 
 
 async def drive(url: str, route: str, bodies: list[dict], clients: int, max_s: float) -> dict:
@@ -218,7 +191,7 @@ def main() -> int:
     results: dict[str, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for batching in (True, False):
-            srv = Server(batching, Path(tmp))
+            srv = server(batching, Path(tmp))
             try:
                 for name, (route, bodies, clients, _) in loads.items():
                     r = asyncio.run(drive(srv.url, route, bodies, clients, args.max_seconds))

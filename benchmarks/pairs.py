@@ -13,20 +13,14 @@ import argparse
 import json
 import os
 import random
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _serve import Serve
+
 WORDS = "the order shipped late and the invoice was wrong so please refund my card before friday".split(" ")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def texts(n: int, lo: int, hi: int, seed: int) -> list[str]:
@@ -74,29 +68,15 @@ def main() -> int:
 
     import httpx
 
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp) / "bench.yaml"
-        cfg.write_text(f"server: {{bind: '127.0.0.1:{port}'}}\nmodels:\n  - {{name: m, kind: {kind}, "
-                       f"path: '{model_dir}', replicas: {args.replicas}}}\n")
-        proc = subprocess.Popen([sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg),
-                                 "--log-level", "warning"], stderr=subprocess.PIPE, text=True)
-        try:
-            assert proc.stderr is not None
-            deadline = time.monotonic() + 120
-            for line in proc.stderr:
-                if "listening on" in line or time.monotonic() > deadline:
-                    break
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as c:
-                assert c.post(route, json=body).status_code == 200
-                t = time.perf_counter()
-                for _ in range(args.reps):
-                    r = c.post(route, json=body)
-                    assert r.status_code == 200, r.text
-                remote = pairs * args.reps / (time.perf_counter() - t)
-        finally:
-            proc.terminate()
-            proc.wait(30)
+    model = f"  - {{name: m, kind: {kind}, path: '{model_dir}', replicas: {args.replicas}}}\n"
+    with tempfile.TemporaryDirectory() as tmp, Serve(model, Path(tmp)) as srv, \
+            httpx.Client(base_url=srv.url, timeout=120) as c:
+        assert c.post(route, json=body).status_code == 200
+        t = time.perf_counter()
+        for _ in range(args.reps):
+            r = c.post(route, json=body)
+            assert r.status_code == 200, r.text
+        remote = pairs * args.reps / (time.perf_counter() - t)
     print(json.dumps({"family": args.family, "pairs_per_request": pairs, "in_process_pairs_s": round(local, 1),
                       "http_pairs_s": round(remote, 1), "http_over_in_process": round(remote / local, 3),
                       "cpus": os.cpu_count()}, indent=2))

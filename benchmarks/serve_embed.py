@@ -17,8 +17,6 @@ import asyncio
 import json
 import os
 import random
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _serve import Serve
 
 WORDS = tuple("the printing press changed how ideas spread across europe in the fifteenth century while "
               "merchants scholars and priests argued about cost speed accuracy and the value of copying".split(" "))
@@ -38,12 +37,6 @@ def corpus(n: int, seed: int = 7) -> list[str]:
 
 def pct(xs: list[float], p: float) -> float:
     return float(np.percentile(np.array(xs), p))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def raw_baselines(model_dir: Path, query: str, texts: list[str], reps: int) -> dict:
@@ -155,28 +148,15 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-seconds", type=float, default=60)
     ap.add_argument("--intra-threads", type=int, default=1)
+    ap.add_argument("--batching", choices=["on", "off"], default="on")
     args = ap.parse_args()
     query = "what is the capital of france"
     texts = corpus(args.texts)
     raw = raw_baselines(args.model_dir, query, texts, args.reps)
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp) / "bench.yaml"
-        cfg.write_text(f"server: {{bind: '127.0.0.1:{port}'}}\nmodels:\n  - {{name: mini, kind: embedding, "
-                       f"path: '{args.model_dir}', replicas: 2, intra_threads: {args.intra_threads}}}\n")
-        proc = subprocess.Popen([sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg),
-                                 "--log-level", "warning"], stderr=subprocess.PIPE, text=True)
-        try:
-            assert proc.stderr is not None
-            deadline = time.monotonic() + 120
-            for line in proc.stderr:
-                if "listening on" in line or time.monotonic() > deadline:
-                    break
-            http = asyncio.run(http_bench(f"http://127.0.0.1:{port}", query, texts, args.reps, args.concurrency,
-                                          args.max_seconds))
-        finally:
-            proc.terminate()
-            proc.wait(30)
+    model = (f"  - {{name: mini, kind: embedding, path: '{args.model_dir}', replicas: 2, "
+             f"intra_threads: {args.intra_threads}, batching: {{enabled: {args.batching == 'on'}}}}}\n")
+    with tempfile.TemporaryDirectory() as tmp, Serve(model, Path(tmp)) as srv:
+        http = asyncio.run(http_bench(srv.url, query, texts, args.reps, args.concurrency, args.max_seconds))
     js = json_cost()
     res = {**raw, **http, **{f"json_{k}": v for k, v in js.items()}, "cpus": os.cpu_count(),
            "intra_threads": args.intra_threads}

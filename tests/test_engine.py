@@ -281,3 +281,10 @@ class TestRegistry:
 ])
 def test_plan_batches(lengths, rows, tokens, expected):
     assert plan_batches(lengths, rows, tokens) == expected
+
+
+def test_padding_limit_starts_a_new_batch():
+    # 3 short rows, then a row 20 tokens longer: 3 x 20 = 60 padding tokens > 16 → a new batch
+    assert plan_batches([5, 5, 6, 26, 27], 64, 8192, max_padding=16) == [[0, 1, 2], [3, 4]]
+    assert plan_batches([5, 5, 6, 26, 27], 64, 8192) == [[0, 1, 2, 3, 4]]
+    assert plan_batches([3, 3, 4, 10, 10], 4, 20, max_padding=16) == [[0, 1, 2], [3, 4]]  # rs-infer's split holds

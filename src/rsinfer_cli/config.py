@@ -32,6 +32,7 @@ def _opt(default: Any = None, **meta: Any) -> Any:
 
 CPU_MAX_TOKENS = 512        # padded tokens per forward that run fastest on CPU (benchmarks/RESULTS.md)
 ACCELERATOR_MAX_TOKENS = 8192
+CPU_MAX_PADDING = 16        # padding tokens a row may add to a CPU batch before it starts a new one
 
 
 @dataclass(frozen=True)

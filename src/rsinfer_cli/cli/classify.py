@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT
+from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
 
 EXAMPLES = """
 
@@ -31,7 +31,7 @@ def classify_cmd(
     field: str = typer.Option("text", "--field", help="JSONL field holding the text (dotted path: a.b)."),
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
     batch_size: int = typer.Option(None, "--batch-size", help="Pairs per forward (default: the model's max_batch)."),
-    model: str = typer.Option(None, "--model", "-m", help="Model name in --config."),
+    model: str = MODEL_OPT,
     config: Path = CONFIG_OPT,
     path: Path = PATH_OPT,
     hf: str = HF_OPT,

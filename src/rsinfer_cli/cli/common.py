@@ -22,6 +22,7 @@ SUBFOLDER_OPT = typer.Option(None, "--subfolder", help="Extra folder to search f
 TOKENIZER_HF_OPT = typer.Option(None, "--tokenizer-hf", help="Repo with tokenizer.json when the model's lacks it.")
 DTYPE_OPT = typer.Option("auto", "--dtype", help="Graph precision preference: auto, fp32, fp16 or int8.")
 JSON_OPT = typer.Option(False, "--json", help="Print JSON for programs instead of a table.")
+MODEL_OPT = typer.Option(None, "--model", "-m", help="Model name in --config.")
 
 
 def model_from_options(*, name: str | None, config: Path | None, path: Path | None, hf: str | None,

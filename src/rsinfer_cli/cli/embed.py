@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT
+from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
 
 EXAMPLES = """
 
@@ -26,7 +26,7 @@ def embed_cmd(
     fmt: str = typer.Option("auto", "--format", help="auto (JSONL when the first line is an object), lines, jsonl."),
     field: str = typer.Option("text", "--field", help="JSONL field holding the text (dotted path: a.b)."),
     output: Path = typer.Option(None, "--output", "-o", help="Write a float32 .npy [n, dim] instead of JSONL."),
-    model: str = typer.Option(None, "--model", "-m", help="Model name in --config."),
+    model: str = MODEL_OPT,
     config: Path = CONFIG_OPT,
     path: Path = PATH_OPT,
     hf: str = HF_OPT,

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT
+from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
 
 EXAMPLES = """
 
@@ -176,7 +176,7 @@ def redact_cmd(
     hash_salt: str = typer.Option(None, "--hash-salt", envvar="RSINFER_PII_HASH_SALT", show_envvar=False,
                                   help="Salt for --mode hash (also $RSINFER_PII_HASH_SALT)."),
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines redacted together (memory stays bounded)."),
-    model: str = typer.Option(None, "--model", "-m", help="Model name in --config."),
+    model: str = MODEL_OPT,
     config: Path = CONFIG_OPT,
     path: Path = PATH_OPT,
     hf: str = HF_OPT,
@@ -199,7 +199,7 @@ def detect_cmd(
     on_error: str = typer.Option("fail", "--on-error", help="A malformed line: fail, skip or keep (as is)."),
     allow_missing: bool = typer.Option(False, "--allow-missing", help="A record may lack a --field."),
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines scanned together (memory stays bounded)."),
-    model: str = typer.Option(None, "--model", "-m", help="Model name in --config."),
+    model: str = MODEL_OPT,
     config: Path = CONFIG_OPT,
     path: Path = PATH_OPT,
     hf: str = HF_OPT,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT
+from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
 
 EXAMPLES = """
 
@@ -27,7 +27,7 @@ def rerank_cmd(
     top_n: int = typer.Option(None, "--top-n", help="Keep the N best documents."),
     raw: bool = typer.Option(False, "--raw", help="Raw logits instead of scores in (0, 1)."),
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
-    model: str = typer.Option(None, "--model", "-m", help="Model name in --config."),
+    model: str = MODEL_OPT,
     config: Path = CONFIG_OPT,
     path: Path = PATH_OPT,
     hf: str = HF_OPT,

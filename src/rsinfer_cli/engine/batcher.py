@@ -58,12 +58,13 @@ class _Row:
 class Batcher:
     def __init__(self, name: str, forward: Forward, *, workers: int, max_rows: int, max_tokens: int,
                  queue_rows: int, queue_timeout_s: float, executor: Executor,
-                 observe: Observe | None = None) -> None:
+                 observe: Observe | None = None, max_padding: int | None = None) -> None:
         self.name = name
         self.forward = forward
         self.workers = workers
         self.max_rows = max_rows
         self.max_tokens = max_tokens
+        self.max_padding = max_padding
         self.capacity = max(queue_rows, max_rows, 1)
         self.queue_timeout_s = queue_timeout_s
         self.executor = executor
@@ -151,7 +152,7 @@ class Batcher:
         if not staged:
             return
         share = min(max(math.ceil(len(staged) / self.idle), 1), self.max_rows)
-        chunks = plan_batches([r.length for r in staged], share, self.max_tokens)
+        chunks = plan_batches([r.length for r in staged], share, self.max_tokens, self.max_padding)
         leftover: list[_Row] = []
         for chunk in chunks:
             rows = [staged[i] for i in chunk]

@@ -119,6 +119,13 @@ class LoadedModel:
             return configured
         return CPU_MAX_TOKENS if self.providers[0] == "cpu" else ACCELERATOR_MAX_TOKENS
 
+    @property
+    def max_padding(self) -> int | None:
+        """Padding a row may add to a batch (CPU only: accelerators pay little for padding)."""
+        from ..config import CPU_MAX_PADDING
+
+        return CPU_MAX_PADDING if self.providers[0] == "cpu" else None
+
     def run(self, output_names: list[str] | None, feeds: dict[str, Any], timing: Timing | None = None,
             timeout_s: float | None = None) -> list:
         """One forward on a free replica (waits per the pool's budget); recorded in `timing`."""

@@ -50,12 +50,26 @@ def forward_rows(model: Any, enc: Encoded, output: str, reduce: Reduce, *, max_r
     """All rows of `enc` in forwards of at most `max_rows` rows / `max_tokens` padded tokens, shortest first;
     one output per row, in input order."""
     outputs: list[Any] = [None] * len(enc.ids)
-    for batch in plan_batches(enc.lengths, max_rows, max_tokens):
+    for batch in plan_batches(enc.lengths, max_rows, max_tokens, getattr(model, "max_padding", None)):
         ids = [enc.ids[i] for i in batch]
         types = [enc.type_ids[i] for i in batch] if enc.type_ids is not None else None
         for i, row in zip(batch, forward_batch(model, output, reduce, ids, types, timing, ragged), strict=True):
             outputs[i] = row
     return outputs
+
+
+class Timed:
+    """Usage numbers of a result, read from its timing record (`timing` is a field of each result)."""
+
+    timing: Timing
+
+    @property
+    def tokens(self) -> int:
+        return self.timing.tokens
+
+    @property
+    def truncated(self) -> int:
+        return self.timing.truncated
 
 
 @dataclass

@@ -12,7 +12,7 @@ import numpy as np
 from ..engine.inputs import Encoded
 from ..engine.model import Timing
 from ..errors import InputError, ModelLoadError
-from .base import RowPipeline, Work, stack
+from .base import RowPipeline, Timed, Work, stack
 
 OUTPUT_ORDER = ("sentence_embedding", "_pooler_output", "pooler_output", "last_hidden_state",
                 "token_embeddings", "output0")
@@ -50,17 +50,9 @@ def l2_normalize(v: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class EmbedResult:
+class EmbedResult(Timed):
     vectors: np.ndarray      # [n, d] float32, in input order
     timing: Timing           # tokens (usage), truncated rows, stage times
-
-    @property
-    def tokens(self) -> int:
-        return self.timing.tokens
-
-    @property
-    def truncated(self) -> int:
-        return self.timing.truncated
 
 
 class EmbeddingPipeline(RowPipeline):

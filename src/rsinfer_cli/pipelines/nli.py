@@ -18,7 +18,7 @@ import numpy as np
 
 from ..engine.model import Timing
 from ..errors import InputError, ModelLoadError, TokenizeError
-from .base import LOGIT_OUTPUTS, RowPipeline, Work, pick_output, stack
+from .base import LOGIT_OUTPUTS, RowPipeline, Timed, Work, pick_output, stack
 
 AUXILIARIES = frozenset("is are was were do does did can could will would should may might must has have had".split())
 
@@ -69,13 +69,9 @@ class ZeroShot:
 
 
 @dataclass
-class ZeroShotResult:
+class ZeroShotResult(Timed):
     results: list[ZeroShot]
     timing: Timing
-
-    @property
-    def tokens(self) -> int:
-        return self.timing.tokens
 
 
 @dataclass
@@ -94,13 +90,9 @@ class TrueFalse:
 
 
 @dataclass
-class TrueFalseResult:
+class TrueFalseResult(Timed):
     results: list[TrueFalse]
     timing: Timing
-
-    @property
-    def tokens(self) -> int:
-        return self.timing.tokens
 
 
 class NliPipeline(RowPipeline):

@@ -19,7 +19,7 @@ import numpy as np
 from ..engine.inputs import Encoded
 from ..engine.model import Timing
 from ..errors import InputError, ModelLoadError
-from .base import LOGIT_OUTPUTS, RowPipeline, Work, pick_output
+from .base import LOGIT_OUTPUTS, RowPipeline, Timed, Work, pick_output
 
 MODES = ("mask", "remove", "replace", "hash")
 
@@ -38,13 +38,9 @@ class Entity:
 
 
 @dataclass
-class Detection:
+class Detection(Timed):
     entities: list[list[Entity]]   # per text
     timing: Timing
-
-    @property
-    def tokens(self) -> int:
-        return self.timing.tokens
 
 
 @dataclass

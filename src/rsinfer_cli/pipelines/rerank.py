@@ -17,7 +17,7 @@ import numpy as np
 from ..engine.inputs import Encoded
 from ..engine.model import Timing
 from ..errors import InferenceError, ModelLoadError, TokenizeError
-from .base import LOGIT_OUTPUTS, RowPipeline, Work, last_token_index, pick_output, stack
+from .base import LOGIT_OUTPUTS, RowPipeline, Timed, Work, last_token_index, pick_output, stack
 
 ALLOWED = {
     "one": ("sigmoid", "logit"),
@@ -32,17 +32,9 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class ScoreResult:
+class ScoreResult(Timed):
     scores: np.ndarray     # float64, one per pair, in input order
     timing: Timing
-
-    @property
-    def tokens(self) -> int:
-        return self.timing.tokens
-
-    @property
-    def truncated(self) -> int:
-        return self.timing.truncated
 
 
 class RerankPipeline(RowPipeline):

@@ -123,7 +123,7 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     batchers = {
         name: Batcher(name, pipelines[name].forward, workers=m.pool.size, max_rows=m.config.batching.max_rows,
                       max_tokens=m.max_tokens, queue_rows=m.config.batching.queue_rows,
-                      queue_timeout_s=wait_s, executor=infer,
+                      queue_timeout_s=wait_s, executor=infer, max_padding=m.max_padding,
                       observe=functools.partial(metrics.observe_forward, name))
         for name, m in registry.models.items() if m.config.batching.enabled
     }

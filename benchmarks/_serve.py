@@ -1,0 +1,50 @@
+"""What the benchmark scripts share: a free loopback port and `rsinfer serve` started on a config, ready."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Serve:
+    """`rsinfer serve` on 127.0.0.1:<port> with the given config text (its `server.bind` is set here)."""
+
+    def __init__(self, models_yaml: str, tmp: Path, server_yaml: str = "", name: str = "bench") -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cfg = tmp / f"{name}.yaml"
+        extra = f", {server_yaml}" if server_yaml else ""
+        cfg.write_text(f"server: {{bind: '127.0.0.1:{self.port}'{extra}}}\nmodels:\n{models_yaml}")
+        self.proc = subprocess.Popen([sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg),
+                                      "--log-level", "warning"], stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        deadline = time.monotonic() + 120
+        for line in self.proc.stderr:
+            if "listening on" in line:
+                return
+            if time.monotonic() > deadline:
+                break
+        self.stop()
+        raise RuntimeError("rsinfer serve did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait(60)
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+    def __enter__(self) -> Serve:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
