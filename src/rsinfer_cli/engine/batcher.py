@@ -152,47 +152,58 @@ class Batcher:
         if not staged:
             return
         share = min(max(math.ceil(len(staged) / self.idle), 1), self.max_rows)
-        chunks = plan_batches([r.length for r in staged], share, self.max_tokens, self.max_padding)
-        leftover: list[_Row] = []
-        for chunk in chunks:
-            rows = [staged[i] for i in chunk]
-            if self.idle:
-                self._run(rows)
-            else:
-                leftover.extend(rows)
-        for row in reversed(leftover):  # back to the front, to be staged again with what arrives meanwhile
-            self.queue.appendleft(row)
-            self.queued += 1
+        chunks = [[staged[i] for i in c] for c in
+                  plan_batches([r.length for r in staged], share, self.max_tokens, self.max_padding)]
+        # one train of forwards per idle replica, each about `share` rows: a replica runs its chunks back to back
+        # (answers go out after each forward) instead of a round trip through the loop between them
+        per_worker = math.ceil(len(chunks) / self.idle)
+        for k in range(0, len(chunks), per_worker):
+            self._run(chunks[k:k + per_worker])
 
-    def _run(self, rows: list[_Row]) -> None:
+    def _run(self, train: list[list[_Row]]) -> None:
         self.idle -= 1
         now = time.perf_counter()
-        for r in rows:
-            if r.job.started is None:
-                r.job.started = now
-        ids = [r.job.enc.ids[r.index] for r in rows]
-        types = [r.job.enc.type_ids[r.index] for r in rows] if all(r.job.enc.type_ids is not None for r in rows) \
-            else None
-        fut = asyncio.get_running_loop().run_in_executor(self.executor, self._forward, ids, types)
-        fut.add_done_callback(lambda f: self._finished(rows, f))
+        for rows in train:
+            for r in rows:
+                if r.job.started is None:
+                    r.job.started = now
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self.executor, self._train, loop, train)
+        fut.add_done_callback(self._finished)
 
-    def _forward(self, ids: list, types: list | None) -> list[Any]:
-        t0 = time.perf_counter()
-        out = self.forward(ids, types)
-        if self.observe is not None:
-            self.observe(len(ids), len(ids) * max(len(r) for r in ids), time.perf_counter() - t0)
-        return out
+    def _train(self, loop: asyncio.AbstractEventLoop, train: list[list[_Row]]) -> None:
+        """On a worker thread: each forward of the train, its outputs (or error) handed back as it completes."""
+        for rows in train:
+            rows = [r for r in rows if not r.job.done]  # a caller gone meanwhile: skip its rows
+            if not rows:
+                continue
+            ids = [r.job.enc.ids[r.index] for r in rows]
+            types = [r.job.enc.type_ids[r.index] for r in rows] \
+                if all(r.job.enc.type_ids is not None for r in rows) else None
+            t0 = time.perf_counter()
+            try:
+                out = self.forward(ids, types)
+            except Exception as exc:  # noqa: BLE001 - handed to exactly the callers of this forward
+                loop.call_soon_threadsafe(self._deliver, rows, None, exc)
+                continue
+            if self.observe is not None:
+                self.observe(len(ids), len(ids) * max(len(r) for r in ids), time.perf_counter() - t0)
+            loop.call_soon_threadsafe(self._deliver, rows, out, None)
 
-    def _finished(self, rows: list[_Row], fut: asyncio.Future) -> None:
+    def _finished(self, fut: asyncio.Future) -> None:
         self.idle += 1
         assert self._wake is not None
         self._wake.set()
-        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if not fut.cancelled() and fut.exception() is not None:  # the train itself broke (not a forward)
+            raise fut.exception()  # type: ignore[misc]
+
+    def _deliver(self, rows: list[_Row], outputs: list[Any] | None, exc: BaseException | None) -> None:
         if exc is not None:
             for r in rows:  # a failed forward fails only the requests that had rows in it
                 r.job.fail(exc)
             return
-        for r, out in zip(rows, fut.result(), strict=True):
+        assert outputs is not None
+        for r, out in zip(rows, outputs, strict=True):
             job = r.job
             if job.done:
                 continue
