@@ -275,3 +275,30 @@ class TestSameAsUnbatched:
         direct_tf = pipe.true_false(["the server is down", "lunch"], "This is urgent.").results
         assert [r.true_probability for r in tf.results] == pytest.approx([r.true_probability for r in direct_tf],
                                                                          abs=1e-6)
+
+
+@pytest.mark.shared
+def test_request_larger_than_the_queue_takes_the_direct_path(shared_models):
+    import httpx
+
+    from rsinfer_cli.config import parse_config
+
+    from serverutil import ServerThread
+
+    cfg = parse_config({"models": [{"name": "r", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"),
+                                    "replicas": 1, "max_batch": 3, "batching": {"max_rows": 2, "queue_rows": 4}}]})
+    docs = [f"document number {i} " * (i + 1) for i in range(10)]
+    with ServerThread(cfg) as srv:
+        batcher = srv.state.batchers["r"]
+        calls = []
+        forward = batcher.forward
+        batcher.forward = lambda ids, types: calls.append(len(ids)) or forward(ids, types)
+        with httpx.Client(base_url=srv.url, timeout=60) as c:
+            big = c.post("/v1/rerank", json={"query": "q", "documents": docs}).json()
+            assert calls == []  # 10 rows > the queue's 4: never queued, run directly in max_batch slices
+            small = c.post("/v1/rerank", json={"query": "q", "documents": docs[:3]}).json()
+            assert sum(calls) == 3
+        direct = srv.state.pipelines["r"].rerank("q", docs).scores
+    assert {r["index"]: r["relevance_score"] for r in big["results"]} == \
+        pytest.approx({i: float(s) for i, s in enumerate(direct)}, abs=1e-6)
+    assert len(small["results"]) == 3
