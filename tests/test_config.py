@@ -136,6 +136,12 @@ def test_dtype_aliases_and_bad_dtype():
         parse_error({"models": [model(dtype="bf16")]})
 
 
+def test_pii_recognizers():
+    assert parse_config({"models": [model(kind="pii", pii_recognizers=[])]}).models[0].pii_recognizers == ()
+    assert "models[0].pii_recognizers[0]: must be one of email, url" in \
+        parse_error({"models": [model(kind="pii", pii_recognizers=["phone"])]})
+
+
 def test_threshold_range_and_template():
     assert "models[0].threshold: must be <= 1, got 1.5" in parse_error({"models": [model(threshold=1.5)]})
     assert "models[0].hypothesis_template: must contain {label} or {}" in \

@@ -37,6 +37,13 @@ def pii(shared_models) -> PiiPipeline:
                                               replicas=1)), "test-salt")
 
 
+@pytest.fixture(scope="module")
+def model_only(shared_models) -> PiiPipeline:
+    """The model's spans alone (no pattern recognizers), to compare with the vendor's model spans."""
+    return PiiPipeline(load_model(ModelConfig(name="pii", kind="pii", path=str(shared_models / "rampart-pii"),
+                                              replicas=1, pii_recognizers=())))
+
+
 # ---------------------------------------------------------------- model parity
 
 
@@ -63,13 +70,14 @@ class TestRampartParity:
         assert worst <= PROB_ABS, worst
         assert label_diffs == 0 and tokens > 1000
 
-    def test_spans_against_the_vendor_decoder(self, pii, ref):
+    def test_spans_against_the_vendor_decoder(self, model_only, ref):
         """Every disagreement with the package's model spans must come from a documented rule difference:
         (1) word pieces labelled B- are one entity here, fragments there; (2) Arcjet renames PHONE to
         PHONE_NUMBER; (3) spans here are widened to whole words, so an address labelled in pieces is one span
         (the package gets there with its regex recognizers: its final `spans` agree); (4) the package scans long
         texts in 480-character windows, we in 512-token windows, so the model sees another context (checked:
         the reference's own token windows agree with us)."""
+        pii = model_only
         det = pii.detect([c["text"] for c in ref["cases"]])
         exact = total = widened = 0
         for case, ents in zip(ref["cases"], det.entities, strict=True):
@@ -92,10 +100,10 @@ class TestRampartParity:
                 assert token_windows_agree_with(pii, case, span, False), (case["id"], span)
         assert exact / total >= 0.75 and widened <= 5, (exact, total, widened)
 
-    def test_emails_the_model_sees_match_the_vendors_final_spans(self, pii, ref):
+    def test_emails_the_model_sees_match_the_vendors_final_spans(self, model_only, ref):
         """Where the model labels any piece of an address, our widened span is the whole address, as the
         package's final span (its regex recognizer) is. Addresses the model misses entirely are missed here too."""
-        det = pii.detect([c["text"] for c in ref["cases"]])
+        det = model_only.detect([c["text"] for c in ref["cases"]])
         checked = 0
         for case, ents in zip(ref["cases"], det.entities, strict=True):
             pieces = [(s["start"], s["end"]) for s in case["model_spans"] if s["type"] == "EMAIL"]
@@ -129,6 +137,45 @@ def token_windows_agree_with(pii, case, span, ours: bool) -> bool:
             tagged = label != "O" and label.split("-", 1)[-1] == etype and score >= 0.5
             return tagged == ours
     return False
+
+
+class TestRecognizers:
+    def test_match_the_vendors_recognizers_exactly(self, ref):
+        from rsinfer_cli.pipelines.recognizers import RECOGNIZERS, recognize
+
+        for case in ref["cases"]:
+            mine = set(recognize(case["text"], RECOGNIZERS))
+            assert mine == {(s["type"], s["start"], s["end"]) for s in case["recognizer_spans"]}, case["id"]
+
+    @pytest.mark.parametrize(("text", "expected"), [
+        ("mail a.b@x.io.", [("EMAIL", "a.b@x.io")]),
+        ("see https://x.com/a?b=1).", [("URL", "https://x.com/a?b=1")]),
+        ("at https://x.com/u?mail=a@b.io now", [("URL", "https://x.com/u?mail=a@b.io")]),  # no email inside
+        ("ip 10.0.0.1. not 256.1.1.1 or 1.2.3.4.5", [("IP_ADDRESS", "10.0.0.1")]),
+        ("ssn 123-45-6789, not 000-12-3456, 666-12-3456 or 123-45-67890", [("SSN", "123-45-6789")]),
+        ("card 4111-1111-1111-1111, not 4111 1111 1111 1112", [("CREDIT_CARD_NUMBER", "4111-1111-1111-1111")]),
+        ("call 415-555-0198 or 2024-03-15", []),
+    ])
+    def test_patterns(self, text, expected):
+        from rsinfer_cli.pipelines.recognizers import RECOGNIZERS, recognize
+
+        assert [(t, text[a:b]) for t, a, b in recognize(text, RECOGNIZERS)] == expected
+
+    @pytest.mark.shared
+    def test_pipeline_adds_what_the_model_misses(self, pii, model_only, ref):
+        text = next(c["text"] for c in ref["cases"] if c["id"] == "public-pii-02")  # billing@acme-corp.io
+        assert [e.entity_type for e in model_only.detect([text]).entities[0]] == []
+        (found,) = pii.detect([text]).entities
+        assert [(e.entity_type, e.text, e.score) for e in found] == [("EMAIL", "billing@acme-corp.io", 1.0)]
+        assert "SSN" in pii.types and "SSN" not in model_only.types
+
+    @pytest.mark.shared
+    def test_final_spans_cover_the_vendors_recognized_ones(self, pii, ref):
+        det = pii.detect([c["text"] for c in ref["cases"]])
+        for case, ents in zip(ref["cases"], det.entities, strict=True):
+            mine = {(e.entity_type, e.start, e.end) for e in ents}
+            for s in case["recognizer_spans"]:
+                assert (s["type"], s["start"], s["end"]) in mine, (case["id"], s)
 
 
 # ---------------------------------------------------------------- decoding on synthetic data
@@ -334,8 +381,9 @@ class TestRoutes:
         assert many["usage"]["prompt_tokens"] > 0
 
     def test_threshold_and_types(self, pii_server):
-        none = pii_server.post("/pii/detect", json={"text": TEXT, "threshold": 1.5}).json()  # clamped to 1
-        assert none["results"][0]["entities"] == []
+        strict = pii_server.post("/pii/detect", json={"text": TEXT, "threshold": 1.5}).json()  # clamped to 1
+        # no model token reaches probability 1; the address is still found by its pattern
+        assert [(e["entity_type"], e["score"]) for e in strict["results"][0]["entities"]] == [("EMAIL", 1.0)]
         only = pii_server.post("/pii/detect", json={"text": TEXT, "types": ["EMAIL"]}).json()
         assert {e["entity_type"] for e in only["results"][0]["entities"]} == {"EMAIL"}
 

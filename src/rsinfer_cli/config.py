@@ -104,6 +104,8 @@ class ModelConfig:
     # pii
     threshold: float = _opt(0.5, ge=0, le=1)
     pii_hash_salt: str | None = None
+    pii_recognizers: tuple[str, ...] = _opt(("email", "url", "ip_address", "ssn", "credit_card"),
+                                            choices=("email", "url", "ip_address", "ssn", "credit_card"))
     batching: BatchingConfig = field(default_factory=BatchingConfig)
 
     @property

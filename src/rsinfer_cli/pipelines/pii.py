@@ -20,6 +20,8 @@ from ..engine.inputs import Encoded
 from ..engine.model import Timing
 from ..errors import InputError, ModelLoadError
 from .base import LOGIT_OUTPUTS, RowPipeline, Timed, Work, pick_output
+from .recognizers import TYPES as RECOGNIZED
+from .recognizers import recognize
 
 MODES = ("mask", "remove", "replace", "hash")
 
@@ -185,6 +187,15 @@ def decode(text: str, offsets: Sequence[tuple[int, int]], label_ids: np.ndarray,
     return sorted(best.values(), key=lambda e: (e.start, e.end))
 
 
+def with_recognized(text: str, model: list[Entity], names: tuple[str, ...]) -> list[Entity]:
+    """Pattern matches (score 1.0) added to the model's spans; a model span overlapping a match gives way."""
+    matches = [Entity(t, text[a:b], 1.0, a, b) for t, a, b in recognize(text, names)]
+    if not matches:
+        return model
+    kept = [e for e in model if not any(e.start < m.end and m.start < e.end for m in matches)]
+    return sorted(kept + matches, key=lambda e: (e.start, e.end))
+
+
 def resolve_overlaps(entities: Sequence[Entity]) -> list[Entity]:
     """Non-overlapping spans: one contained in a larger one loses to it; otherwise the first by start wins."""
     kept: list[Entity] = []
@@ -243,7 +254,9 @@ class PiiPipeline(RowPipeline):
         if isinstance(shape[-1], int) and shape[-1] != len(self.labels):
             raise ModelLoadError(f"model '{cfg.name}': the graph has {shape[-1]} labels but config.json id2label "
                                  f"has {len(self.labels)}", model=cfg.name)
-        self.types = sorted({parse_tag(label)[1] for label in self.labels} - {""})
+        self.recognizers = cfg.pii_recognizers
+        self.types = sorted(({parse_tag(label)[1] for label in self.labels} - {""})
+                            | {RECOGNIZED[r] for r in self.recognizers})
         tok = model.encoder.tokenizer
         probe, bare = tok.encode("x", add_special_tokens=True).ids, tok.encode("x", add_special_tokens=False).ids
         at = next((i for i in range(len(probe)) if probe[i:i + len(bare)] == bare), 0)
@@ -264,7 +277,7 @@ class PiiPipeline(RowPipeline):
     def describe(self) -> dict[str, Any]:
         return {"kind": "pii", "output": self.output, "labels": self.labels, "entity_types": self.types,
                 "threshold": self.threshold, "window_tokens": self.window, "window_overlap": self.overlap,
-                "hash_salt": self.salt_source}
+                "recognizers": list(self.recognizers), "hash_salt": self.salt_source}
 
     def reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
         logits = out.astype(np.float32, copy=False)
@@ -314,6 +327,8 @@ class PiiPipeline(RowPipeline):
         for text, (enc, probs) in zip(texts, per_text, strict=True):
             ents = decode(text, enc.offsets, probs.argmax(axis=-1), probs.max(axis=-1), self.labels, thr) \
                 if len(probs) else []
+            if self.recognizers:
+                ents = with_recognized(text, ents, self.recognizers)
             found.append([e for e in ents if keep is None or e.entity_type in keep])
         return found
 
