@@ -365,3 +365,15 @@ class TestServeProcess:
             srv.stop()
         access = [x for x in srv.lines if "rsinfer.access" in x]
         assert access and not any("printing presses" in x for x in srv.lines)  # never the body
+
+
+def test_kind_without_routes_is_refused_before_loading(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text("models:\n  - {name: add, kind: tensor, path: /nonexistent}\n")
+    proc = subprocess.run([sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "models[0] 'add' (tensor)" in proc.stderr and "does not exist" not in proc.stderr

@@ -104,12 +104,17 @@ def guard(config: Config) -> Callable:
     return middleware
 
 
-def create_app(config: Config, registry: Registry, metrics: Metrics | None = None) -> web.Application:
-    unserved = [m for m in registry.models.values() if m.kind not in SERVED_KINDS]
+def check_served(config: Config) -> None:
+    """Refuse, before any model is loaded, a config with a kind the daemon has no routes for."""
+    unserved = [(i, m) for i, m in enumerate(config.models) if m.kind not in SERVED_KINDS]
     if unserved:
-        names = ", ".join(f"'{m.name}' ({m.kind})" for m in unserved)
-        raise ConfigError(f"{config.file}: this build serves kinds {', '.join(SERVED_KINDS)} only; "
+        names = ", ".join(f"models[{i}] '{m.name}' ({m.kind})" for i, m in unserved)
+        raise ConfigError(f"{config.file}: `rsinfer serve` has routes for kinds {', '.join(SERVED_KINDS)}; "
                           f"remove or comment out {names}")
+
+
+def create_app(config: Config, registry: Registry, metrics: Metrics | None = None) -> web.Application:
+    check_served(config)
     slots = sum(m.pool.size for m in registry.models.values())
     app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
                           middlewares=[observe, errors, guard(config)])

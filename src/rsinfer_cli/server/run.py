@@ -12,7 +12,7 @@ from aiohttp import web
 from ..config import Config
 from ..engine.registry import Registry
 from ..errors import ConfigError
-from .app import create_app
+from .app import check_served, create_app
 from .state import STATE
 
 log = logging.getLogger("rsinfer.server")
@@ -41,6 +41,7 @@ async def _serve(app: web.Application, host: str, port: int, drain_s: float) -> 
 
 
 def serve(config: Config, host: str | None = None, port: int | None = None) -> None:
+    check_served(config)
     registry = Registry.load(config)  # the listener binds only after every model is loaded
     app = create_app(config, registry)
     # Forward threads need the GIL briefly before and after each session.run; with the default 5 ms switch
