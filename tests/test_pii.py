@@ -511,3 +511,22 @@ class TestRedactCli:
             finally:
                 if proc.poll() is None:
                     proc.kill()
+
+
+@pytest.mark.shared
+def test_label_count_disagreeing_with_the_graph_is_a_load_error(shared_models, tmp_path):
+    import shutil
+
+    from rsinfer_cli.errors import ModelLoadError
+
+    dst = tmp_path / "pii"
+    shutil.copytree(shared_models / "rampart-pii", dst, ignore=shutil.ignore_patterns("reference.json"))
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg["id2label"] = {str(i): label for i, label in enumerate(["O", "B-NAME", "I-NAME"])}
+    (dst / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError, match="the graph has 35 labels but config.json id2label has 3"):
+        PiiPipeline(load_model(ModelConfig(name="p", kind="pii", path=str(dst), replicas=1)))
+    del cfg["id2label"]
+    (dst / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError, match="config.json must contain id2label"):
+        PiiPipeline(load_model(ModelConfig(name="p", kind="pii", path=str(dst), replicas=1)))
