@@ -95,7 +95,20 @@ def download_cmd(
     for p, n, w in result.files:
         typer.echo(f"  {p:<{width}}  {human_size(n):>10}{'' if w else '  (unchanged)'}")
     typer.echo(f"graph: {r.graph_file} ({r.graph_reason})")
+    kind = _guess_kind(r)
     typer.echo("\nadd to your config:\n"
                f"  - name: {out.resolve().name}\n"
-               "    kind: embedding   # or rerank | pii | zeroshot\n"
+               f"    kind: {kind}   # from config.json; one of embedding | rerank | pii | zeroshot\n"
                f"    path: {out}")
+
+
+def _guess_kind(resolved: Any) -> str:
+    import json
+
+    from .common import guess_kind
+
+    path = resolved.aux.get("config.json")
+    try:
+        return guess_kind(json.loads(path.read_text(encoding="utf-8")) if path else {})[0]
+    except (OSError, ValueError):
+        return "embedding"
