@@ -116,7 +116,7 @@ complete -c rsinfer -n '__fish_seen_subcommand_from redact' -l dtype -x -a 'auto
 complete -c rsinfer -n '__fish_seen_subcommand_from rerank' -l query -s q -x -d 'The query every document is scored against.'
 complete -c rsinfer -n '__fish_seen_subcommand_from rerank' -l input -s i -r -F -d 'File of lines or JSONL records (\'-\' = stdin).'
 complete -c rsinfer -n '__fish_seen_subcommand_from rerank' -l format -x -d 'auto (JSONL when the first line is an object), lines, jsonl.'
-complete -c rsinfer -n '__fish_seen_subcommand_from rerank' -l field -x -d 'JSONL field holding the document (dotted path: a.b).'
+complete -c rsinfer -n '__fish_seen_subcommand_from rerank' -l field -x -d 'JSONL field holding the text (dotted path: a.b).'
 complete -c rsinfer -n '__fish_seen_subcommand_from rerank' -l top-n -x -d 'Keep the N best documents.'
 complete -c rsinfer -n '__fish_seen_subcommand_from rerank' -l raw -d 'Raw logits instead of scores in (0, 1).'
 complete -c rsinfer -n '__fish_seen_subcommand_from rerank' -l table -d 'A table for people instead of JSONL.'

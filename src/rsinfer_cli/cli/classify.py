@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
+from .common import CONFIG_OPT, DTYPE_OPT, FIELD_OPT, FORMAT_OPT, HF_OPT, INPUT_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
 
 EXAMPLES = """
 
@@ -26,9 +26,9 @@ def classify_cmd(
     question: str = typer.Option(None, "--question", help="True/false: a yes/no question about each text."),
     assertion: str = typer.Option(None, "--assertion", help="True/false: the statement to judge (beats --question)."),
     threshold: float = typer.Option(0.5, "--threshold", help="True/false: is_true when P(true) >= this."),
-    input_: Path = typer.Option(None, "--input", "-i", help="File of lines or JSONL records ('-' = stdin)."),
-    fmt: str = typer.Option("auto", "--format", help="auto (JSONL when the first line is an object), lines, jsonl."),
-    field: str = typer.Option("text", "--field", help="JSONL field holding the text (dotted path: a.b)."),
+    input_: Path = INPUT_OPT,
+    fmt: str = FORMAT_OPT,
+    field: str = FIELD_OPT,
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
     batch_size: int = typer.Option(None, "--batch-size", help="Pairs per forward (default: the model's max_batch)."),
     model: str = MODEL_OPT,

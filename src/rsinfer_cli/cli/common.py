@@ -23,6 +23,9 @@ TOKENIZER_HF_OPT = typer.Option(None, "--tokenizer-hf", help="Repo with tokenize
 DTYPE_OPT = typer.Option("auto", "--dtype", help="Graph precision preference: auto, fp32, fp16 or int8.")
 JSON_OPT = typer.Option(False, "--json", help="Print JSON for programs instead of a table.")
 MODEL_OPT = typer.Option(None, "--model", "-m", help="Model name in --config.")
+INPUT_OPT = typer.Option(None, "--input", "-i", help="File of lines or JSONL records ('-' = stdin).")
+FORMAT_OPT = typer.Option("auto", "--format", help="auto (JSONL when the first line is an object), lines, jsonl.")
+FIELD_OPT = typer.Option("text", "--field", help="JSONL field holding the text (dotted path: a.b).")
 
 
 def model_from_options(*, name: str | None, config: Path | None, path: Path | None, hf: str | None,

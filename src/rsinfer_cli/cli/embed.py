@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
+from .common import CONFIG_OPT, DTYPE_OPT, FIELD_OPT, FORMAT_OPT, HF_OPT, INPUT_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
 
 EXAMPLES = """
 
@@ -22,9 +22,9 @@ Examples:
 
 def embed_cmd(
     texts: list[str] = typer.Argument(None, help="Texts to embed (else --input or stdin)."),
-    input_: Path = typer.Option(None, "--input", "-i", help="File of lines or JSONL records ('-' = stdin)."),
-    fmt: str = typer.Option("auto", "--format", help="auto (JSONL when the first line is an object), lines, jsonl."),
-    field: str = typer.Option("text", "--field", help="JSONL field holding the text (dotted path: a.b)."),
+    input_: Path = INPUT_OPT,
+    fmt: str = FORMAT_OPT,
+    field: str = FIELD_OPT,
     output: Path = typer.Option(None, "--output", "-o", help="Write a float32 .npy [n, dim] instead of JSONL."),
     model: str = MODEL_OPT,
     config: Path = CONFIG_OPT,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
+from .common import CONFIG_OPT, DTYPE_OPT, FIELD_OPT, FORMAT_OPT, HF_OPT, INPUT_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
 
 EXAMPLES = """
 
@@ -21,9 +21,9 @@ Examples:
 def rerank_cmd(
     documents: list[str] = typer.Argument(None, help="Documents to score (else --input or stdin)."),
     query: str = typer.Option(..., "--query", "-q", help="The query every document is scored against."),
-    input_: Path = typer.Option(None, "--input", "-i", help="File of lines or JSONL records ('-' = stdin)."),
-    fmt: str = typer.Option("auto", "--format", help="auto (JSONL when the first line is an object), lines, jsonl."),
-    field: str = typer.Option("text", "--field", help="JSONL field holding the document (dotted path: a.b)."),
+    input_: Path = INPUT_OPT,
+    fmt: str = FORMAT_OPT,
+    field: str = FIELD_OPT,
     top_n: int = typer.Option(None, "--top-n", help="Keep the N best documents."),
     raw: bool = typer.Option(False, "--raw", help="Raw logits instead of scores in (0, 1)."),
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),

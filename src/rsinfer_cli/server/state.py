@@ -19,24 +19,6 @@ from .admission import Gate
 from .metrics import Metrics
 
 INLINE_FINISH_ROWS = 16
-INLINE_TOKENIZE_CHARS = 1024
-
-
-def _small(args: tuple) -> bool:
-    """True when every text argument of a request adds up to a few hundred characters."""
-    total = 0
-    for a in args:
-        if isinstance(a, str):
-            total += len(a)
-        elif isinstance(a, list) and a and isinstance(a[0], str):
-            if len(a) > 16:
-                return False
-            total += sum(len(x) for x in a)
-        elif isinstance(a, list) and a:
-            return False  # token ids or other rows: let the thread do it
-        if total > INLINE_TOKENIZE_CHARS:
-            return False
-    return True
 
 
 @dataclass
@@ -51,11 +33,13 @@ class ServerState:
     metrics: Metrics
     started: float = field(default_factory=time.time)
 
-    async def infer(self, model: Any, plan: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Tokenize off the loop, run the rows (batched across requests when the model batches and the request
-        fits its queue, else alone in max_batch slices under the admission gate), then build the answer."""
+    async def infer(self, model: Any, plan: Callable[..., Any], *args: Any, inline: bool = False,
+                    **kwargs: Any) -> Any:
+        """Tokenize off the loop (on it when `inline`: a tiny request, cheaper than the hand-off to a thread),
+        run the rows (batched across requests when the model batches and the request fits its queue, else alone
+        in max_batch slices under the admission gate), then build the answer."""
         loop = asyncio.get_running_loop()
-        if _small(args):  # a few short texts tokenize faster than a hand-off to a thread and back
+        if inline:
             work = plan(*args, **kwargs)
         else:
             work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))

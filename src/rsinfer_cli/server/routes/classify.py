@@ -6,9 +6,8 @@ from aiohttp import web
 
 from ...errors import InputError, PayloadTooLarge
 from ...pipelines.nli import assertion_for
-from ..request import Body, json_body
-from ..state import STATE
-from .embeddings import json_response
+from ..request import Body
+from .common import begin, json_response
 
 routes = web.RouteTableDef()
 MAX_TEXTS = 1024
@@ -28,9 +27,8 @@ def _input(body: Body) -> tuple[list[str], bool]:
 @routes.post("/classify/zero-shot")
 @routes.post("/v1/classify/zero-shot")
 async def zero_shot(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = Body(await json_body(request))
-    model = state.registry.get(body.str("model", None), "zeroshot")
+    call = await begin(request, "zeroshot")
+    state, body, model = call.state, call.body, call.model
     texts, single = _input(body)
     labels = body.str_list("candidate_labels")
     if not labels:
@@ -48,8 +46,7 @@ async def zero_shot(request: web.Request) -> web.Response:
     if template is not None and "{label}" not in template and "{}" not in template:
         raise InputError("`hypothesis_template` must contain {label} or {}, e.g. \"This text is about {label}.\"",
                          param="hypothesis_template")
-    pipe = state.pipelines[model.name]
-    res = await state.infer(model, pipe.plan_classify, texts, labels, body.bool("multi_label", False), template,
+    res = await call.infer(call.pipe.plan_classify, texts, labels, body.bool("multi_label", False), template,
                           body.bool("truncate", None))
     usage = {"prompt_tokens": res.tokens, "total_tokens": res.tokens}
     if single:
@@ -64,14 +61,12 @@ async def zero_shot(request: web.Request) -> web.Response:
 @routes.post("/classify/true-false")
 @routes.post("/v1/classify/true-false")
 async def true_false(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = Body(await json_body(request))
-    model = state.registry.get(body.str("model", None), "zeroshot")
+    call = await begin(request, "zeroshot")
+    body, model = call.body, call.model
     texts, single = _input(body)
     assertion = assertion_for(body.str("question", None), body.str("assertion", None))
     threshold = body.number("threshold", 0.5)
-    pipe = state.pipelines[model.name]
-    res = await state.infer(model, pipe.plan_true_false, texts, assertion, threshold, body.bool("truncate", None))
+    res = await call.infer(call.pipe.plan_true_false, texts, assertion, threshold, body.bool("truncate", None))
     usage = {"prompt_tokens": res.tokens, "total_tokens": res.tokens}
     if single:
         return json_response({"object": "classification.true_false", "model": model.name,

@@ -9,20 +9,11 @@ import numpy as np
 from aiohttp import web
 
 from ...errors import InputError, PayloadTooLarge
-from ...jsonio import dumps
-from ..request import Body, json_body, text_or_token_input
-from ..state import STATE
+from ..request import Body, text_or_token_input
+from .common import begin, json_response, truncation_direction, truncation_headers
 
 routes = web.RouteTableDef()
 MAX_INPUTS = 2048  # per request, as OpenAI documents
-
-
-def json_response(data: Any, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=dumps(data), content_type="application/json", headers=headers)
-
-
-def truncation_headers(truncated: int) -> dict[str, str] | None:
-    return {"x-rsinfer-truncated": str(truncated)} if truncated else None
 
 
 def _inputs(body: Body, key: str) -> tuple[list[str] | None, list[list[int]] | None, bool]:
@@ -35,10 +26,8 @@ def _inputs(body: Body, key: str) -> tuple[list[str] | None, list[list[int]] | N
 
 @routes.post("/v1/embeddings")
 async def openai_embeddings(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = Body(await json_body(request))
-    model = state.registry.get(body.str("model", None), "embedding")
-    pipe = state.pipelines[model.name]
+    call = await begin(request, "embedding")
+    body, model, pipe = call.body, call.model, call.pipe
     if "input" not in body.data:
         raise InputError("`input` is required", param="input")
     texts, ids, _ = _inputs(body, "input")
@@ -47,7 +36,7 @@ async def openai_embeddings(request: web.Request) -> web.Response:
         raise InputError(f"`encoding_format` must be \"float\" or \"base64\", got {fmt!r}", param="encoding_format")
     dims = body.int("dimensions", None)
     pipe.check_dimensions(dims)
-    result = await state.infer(model, pipe.plan, texts, ids, dimensions=dims, truncate=body.bool("truncate", None))
+    result = await call.infer(pipe.plan, texts, ids, dimensions=dims, truncate=body.bool("truncate", None))
     vectors = result.vectors
     if fmt == "base64":
         le = vectors.astype("<f4", copy=False)
@@ -62,19 +51,14 @@ async def openai_embeddings(request: web.Request) -> web.Response:
 
 @routes.post("/embed")
 async def tei_embed(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = Body(await json_body(request))
-    model = state.registry.get(None, "embedding")
-    pipe = state.pipelines[model.name]
+    call = await begin(request, "embedding", named=False)
+    body, pipe = call.body, call.pipe
     if "inputs" not in body.data:
         raise InputError("`inputs` is required", param="inputs")
     texts, ids, _ = _inputs(body, "inputs")
-    direction = body.str("truncation_direction", "right").lower()
-    if direction not in ("right", "left"):
-        raise InputError(f"`truncation_direction` must be \"right\" or \"left\", got {direction!r}",
-                         param="truncation_direction")
+    direction = truncation_direction(body)
     dims = body.int("dimensions", None)
     pipe.check_dimensions(dims)
-    result = await state.infer(model, pipe.plan, texts, ids, dimensions=dims, normalize=body.bool("normalize", None),
-                             truncate=body.bool("truncate", None), direction=direction, param="inputs")
+    result = await call.infer(pipe.plan, texts, ids, dimensions=dims, normalize=body.bool("normalize", None),
+                              truncate=body.bool("truncate", None), direction=direction, param="inputs")
     return json_response(np.asarray(result.vectors), truncation_headers(result.truncated))

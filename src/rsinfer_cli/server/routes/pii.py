@@ -7,9 +7,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...errors import InputError, PayloadTooLarge
-from ..request import Body, json_body
-from ..state import STATE
-from .embeddings import json_response
+from ..request import Body
+from .common import begin, json_response
 
 routes = web.RouteTableDef()
 MAX_TEXTS = 1024
@@ -34,11 +33,10 @@ def _options(body: Body) -> dict:
 @routes.post("/pii/detect")
 @routes.post("/v1/pii/detect")
 async def detect(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = Body(await json_body(request))
-    model = state.registry.get(body.str("model", None), "pii")
+    call = await begin(request, "pii")
+    body, model = call.body, call.model
     texts, many = _texts(body)
-    det = await state.infer(model, state.pipelines[model.name].plan_detect, texts, **_options(body))
+    det = await call.infer(call.pipe.plan_detect, texts, **_options(body))
     results = []
     for text, ents in zip(texts, det.entities, strict=True):
         item: dict = {"entities": [e.to_json() for e in ents]}
@@ -52,18 +50,16 @@ async def detect(request: web.Request) -> web.Response:
 @routes.post("/pii/redact")
 @routes.post("/v1/pii/redact")
 async def redact(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = Body(await json_body(request))
-    model = state.registry.get(body.str("model", None), "pii")
+    call = await begin(request, "pii")
+    body, model = call.body, call.model
     texts, _ = _texts(body)
     mode = body.str("mode", "mask") or "mask"
     mask_char = body.str("mask_char", "*")
     replacement = body.str("replacement", None)
     if replacement is not None and "{type}" not in replacement:
         raise InputError("`replacement` must contain {type}, e.g. \"<{type}>\"", param="replacement")
-    pipe = state.pipelines[model.name]
-    res = await state.infer(model, pipe.plan_redact, texts, mode=mode, mask_char=mask_char,
-                            replacement=replacement, **_options(body))
+    res = await call.infer(call.pipe.plan_redact, texts, mode=mode, mask_char=mask_char,
+                           replacement=replacement, **_options(body))
     det = res.detection
     results = [{"text": r, "entities": [e.to_json() for e in ents]}
                for r, ents in zip(res.texts, det.entities, strict=True)]

@@ -12,9 +12,8 @@ from aiohttp import web
 from ...errors import InputError, PayloadTooLarge
 from ...pipelines.rerank import ranked
 from ..errors import RequestValidationError
-from ..request import Body, json_body
-from ..state import STATE
-from .embeddings import json_response, truncation_headers
+from ..request import Body
+from .common import Call, begin, json_response, truncation_direction, truncation_headers
 
 routes = web.RouteTableDef()
 
@@ -63,29 +62,26 @@ def _echo(doc: Any) -> Any:
     return {"text": doc} if isinstance(doc, str) else doc
 
 
-async def _score(request: web.Request, body: Body, texts: list[str], *, raw: bool = False,
-                 max_tokens_per_doc: int | None = None, direction: str = "right"):
-    state = request.app[STATE]
-    model = state.registry.get(body.str("model", None), "rerank")
-    query = body.str("query")
-    pipe = state.pipelines[model.name]
-    result = await state.infer(model, pipe.plan_rerank, query, texts, raw=raw, truncate=body.bool("truncate", None),
-                             direction=direction, max_tokens_per_doc=max_tokens_per_doc)
-    return model, result
+async def _score(call: Call, texts: list[str], *, raw: bool = False, max_tokens_per_doc: int | None = None,
+                 direction: str = "right") -> Any:
+    body = call.body
+    return await call.infer(call.pipe.plan_rerank, body.str("query"), texts, raw=raw,
+                            truncate=body.bool("truncate", None), direction=direction,
+                            max_tokens_per_doc=max_tokens_per_doc)
 
 
 @routes.post("/v1/rerank")
 @routes.post("/rerank")
 async def rerank(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = Body(await json_body(request))
-    max_docs = state.config.server.max_rerank_documents
+    call = await begin(request, "rerank")
+    body, model = call.body, call.model
+    max_docs = call.state.config.server.max_rerank_documents
     if "texts" in body.data and "documents" not in body.data:
-        return await _tei_rerank(request, body, max_docs)
+        return await _tei_rerank(call, max_docs)
     texts, docs = _documents(body, "documents", max_docs)
     top_n = _top_n(body, len(texts))
     return_documents = body.bool("return_documents", True)
-    model, result = await _score(request, body, texts)
+    result = await _score(call, texts)
     results = []
     for i in ranked(result.scores, top_n):
         item: dict[str, Any] = {"index": i}
@@ -98,19 +94,17 @@ async def rerank(request: web.Request) -> web.Response:
                          truncation_headers(result.truncated))
 
 
-async def _tei_rerank(request: web.Request, body: Body, max_docs: int) -> web.Response:
+async def _tei_rerank(call: Call, max_docs: int) -> web.Response:
+    body = call.body
     texts = body.str_list("texts")
     if not texts:
         raise InputError("`texts` cannot be empty", param="texts")
     if len(texts) > max_docs:
         raise PayloadTooLarge(f"`texts` has {len(texts)} documents; at most {max_docs} per request "
                               "(server.max_rerank_documents)", param="texts")
-    direction = body.str("truncation_direction", "right").lower()
-    if direction not in ("right", "left"):
-        raise InputError(f"`truncation_direction` must be \"right\" or \"left\", got {direction!r}",
-                         param="truncation_direction")
+    direction = truncation_direction(body)
     return_text = body.bool("return_text", False)
-    _, result = await _score(request, body, texts, raw=body.bool("raw_scores", False), direction=direction)
+    result = await _score(call, texts, raw=body.bool("raw_scores", False), direction=direction)
     out = []
     for i in ranked(result.scores):
         item: dict[str, Any] = {"index": i, "score": float(result.scores[i])}
@@ -122,14 +116,14 @@ async def _tei_rerank(request: web.Request, body: Body, max_docs: int) -> web.Re
 
 @routes.post("/v2/rerank")
 async def cohere_v2_rerank(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = Body(await json_body(request))
-    texts, docs = _documents(body, "documents", state.config.server.max_rerank_documents)
+    call = await begin(request, "rerank")
+    body = call.body
+    texts, docs = _documents(body, "documents", call.state.config.server.max_rerank_documents)
     top_n = _top_n(body, len(texts))
     max_tokens = body.int("max_tokens_per_doc", None)
     if max_tokens is not None and max_tokens < 1:
         raise InputError(f"`max_tokens_per_doc` must be >= 1, got {max_tokens}", param="max_tokens_per_doc")
-    _, result = await _score(request, body, texts, max_tokens_per_doc=max_tokens)
+    result = await _score(call, texts, max_tokens_per_doc=max_tokens)
     results = [{"index": i, "relevance_score": float(result.scores[i])} for i in ranked(result.scores, top_n)]
     if body.bool("return_documents", False):  # earlier v2 clients
         for r in results:
@@ -146,8 +140,8 @@ SCORE_KEYS = (("text_1", "text_2"), ("queries", "documents"), ("queries", "items
 @routes.post("/v1/score")
 @routes.post("/score")
 async def vllm_score(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = Body(await json_body(request))
+    call = await begin(request, "rerank")
+    body, model, limit = call.body, call.model, call.state.config.server.max_rerank_documents
     left_key, right_key = next((k for k in SCORE_KEYS if k[0] in body.data), SCORE_KEYS[0])
     left = body.str_list(left_key, allow_str=True)
     right = body.str_list(right_key, allow_str=True)
@@ -160,13 +154,10 @@ async def vllm_score(request: web.Request) -> web.Response:
         lefts = lefts * len(rights)
     elif len(lefts) != len(rights):
         raise InputError(f"input lengths must be 1:1, 1:N or N:N; got {len(lefts)}:{len(rights)}", param=right_key)
-    if len(rights) > state.config.server.max_rerank_documents:
-        raise PayloadTooLarge(f"`{right_key}` has {len(rights)} texts; at most "
-                              f"{state.config.server.max_rerank_documents} per request", param=right_key)
-    model = state.registry.get(body.str("model", None), "rerank")
-    pipe = state.pipelines[model.name]
-    result = await state.infer(model, pipe.plan_pairs, lefts, rights, truncate=body.bool("truncate", None),
-                             param=right_key)
+    if len(rights) > limit:
+        raise PayloadTooLarge(f"`{right_key}` has {len(rights)} texts; at most {limit} per request", param=right_key)
+    result = await call.infer(call.pipe.plan_pairs, lefts, rights, truncate=body.bool("truncate", None),
+                              param=right_key)
     data = [{"index": i, "object": "score", "score": float(s)} for i, s in enumerate(result.scores)]
     return json_response({"id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
                           "model": model.name, "data": data,
