@@ -1,5 +1,5 @@
-"""The cross-request batcher on a fake forward (deterministic, no model), and batched vs unbatched results on
-the real models of all four families."""
+"""The scheduler's cross-request batching on a fake forward (deterministic, no model), and batched vs unbatched
+results on the real models of all four families."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 from rsinfer_cli.config import ModelConfig
-from rsinfer_cli.engine.batcher import Batcher
-from rsinfer_cli.engine.inputs import Encoded
 from rsinfer_cli.engine.model import load_model
+from rsinfer_cli.engine.scheduler import Scheduler
 from rsinfer_cli.errors import InferenceError, PoolTimeout, Saturated
 from rsinfer_cli.pipelines import build_pipeline
 
@@ -28,7 +27,7 @@ class FakeForward:
         self.entered = threading.Semaphore(0)
         self.poison: int | None = None
 
-    def __call__(self, ids, types):
+    def __call__(self, session, ids):
         self.calls.append([len(r) for r in ids])
         self.entered.release()
         assert self.hold.wait(10)
@@ -39,20 +38,52 @@ class FakeForward:
         return [sum(r) for r in ids]
 
 
-def rows(*lengths: int, start: int = 1) -> Encoded:
-    return Encoded(ids=[[start + i] * n for i, n in enumerate(lengths)], type_ids=None)
+def rows(*lengths: int, start: int = 1) -> list[list[int]]:
+    return [[start + i] * n for i, n in enumerate(lengths)]
 
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 20))
 
 
+class Recorder:
+    """The scheduler's observer: every forward's (rows, padded tokens) and every request's wait."""
+
+    def __init__(self) -> None:
+        self.forwards: list[tuple[int, int]] = []
+        self.waits: list[float] = []
+
+    def forward(self, rows, padded, seconds):
+        self.forwards.append((rows, padded))
+
+    def waited(self, seconds):
+        self.waits.append(seconds)
+
+
+class Batcher(Scheduler):
+    """A batching scheduler over `workers` fake sessions; `submit(rows)` → (outputs, seconds waited)."""
+
+    def __init__(self, fake, *, workers=2, max_rows=64, max_tokens=8192, queue_rows=1024, queue_timeout_s=5):
+        self.rec = Recorder()
+        super().__init__("m", [f"s{i}" for i in range(workers)], fake, EXECUTOR, batching=True, max_rows=max_rows,
+                         max_tokens=max_tokens, queue_rows=queue_rows, queue_timeout_s=queue_timeout_s,
+                         max_queue=1024, observer=self.rec)
+
+    async def submit(self, ids):
+        out = await super().submit(ids, [len(r) for r in ids], list)
+        return out, (self.rec.waits[-1] if self.rec.waits else 0.0)
+
+    def hold_replicas(self):
+        """No idle replica until `release_replicas`: requests build a backlog."""
+        self._held, self._idle = self._idle, []
+
+    def release_replicas(self):
+        self._idle = self._held
+        self._dispatch()
+
+
 async def make(fake, **kw) -> Batcher:
-    opts = {"workers": 2, "max_rows": 64, "max_tokens": 8192, "queue_rows": 1024, "queue_timeout_s": 5}
-    opts.update(kw)
-    b = Batcher("m", fake, executor=EXECUTOR, **opts)
-    b.start()
-    return b
+    return Batcher(fake, **kw)
 
 
 EXECUTOR = ThreadPoolExecutor(max_workers=4)
@@ -68,7 +99,7 @@ def test_lone_row_is_dispatched_at_once():
         fake = FakeForward()
         b = await make(fake)
         out, waited = await b.submit(rows(5))
-        await b.stop()
+        b.stop()
         return fake.calls, out, waited
 
     calls, out, waited = run(main())
@@ -81,7 +112,7 @@ def test_outputs_come_back_in_each_requests_order():
         b = await make(fake, max_rows=3)
         jobs = [rows(9, 1, 5, start=10), rows(2, 7, start=20), rows(4, start=30)]
         results = await asyncio.gather(*(b.submit(j) for j in jobs))
-        await b.stop()
+        b.stop()
         return [r[0] for r in results]
 
     assert run(main()) == [[90, 11, 60], [40, 147], [120]]
@@ -91,15 +122,12 @@ def test_backlog_is_sorted_and_split_per_idle_replica():
     """rs-infer's split: lengths [3,3,4,10,10] over 2 idle replicas (share 3) and 20 padded tokens → [3, 2]."""
     async def main():
         fake = FakeForward()
-        b = Batcher("m", fake, workers=2, max_rows=64, max_tokens=20, queue_rows=64, queue_timeout_s=5,
-                    executor=EXECUTOR)
-        b._wake = asyncio.Event()  # no gatherer, and no idle replica yet: build a backlog first
-        b.idle = 0
+        b = Batcher(fake, workers=2, max_rows=64, max_tokens=20, queue_rows=64, queue_timeout_s=5)
+        b.hold_replicas()  # no idle replica yet: build a backlog first
         tasks = [asyncio.create_task(b.submit(rows(n))) for n in (10, 3, 10, 4, 3)]
         await asyncio.sleep(0)
-        assert b.queued == 5
-        b.idle = 2
-        b._dispatch_backlog()
+        assert b.queued_rows == 5
+        b.release_replicas()
         results = await asyncio.gather(*tasks)
         return fake.calls, results
 
@@ -115,14 +143,11 @@ def test_backlog_is_sorted_and_split_per_idle_replica():
 def test_more_splits(lengths, idle, max_rows, budget, expected):
     async def main():
         fake = FakeForward()
-        b = Batcher("m", fake, workers=idle, max_rows=max_rows, max_tokens=budget, queue_rows=64,
-                    queue_timeout_s=5, executor=EXECUTOR)
-        b._wake = asyncio.Event()
-        b.idle = 0
+        b = Batcher(fake, workers=idle, max_rows=max_rows, max_tokens=budget, queue_rows=64, queue_timeout_s=5)
+        b.hold_replicas()
         tasks = [asyncio.create_task(b.submit(rows(n))) for n in lengths]
         await asyncio.sleep(0)
-        b.idle = idle
-        b._dispatch_backlog()
+        b.release_replicas()
         await asyncio.gather(*tasks)
         return fake.calls
 
@@ -140,10 +165,10 @@ def test_admission_is_all_or_none():
         await asyncio.sleep(0)
         with pytest.raises(Saturated, match="2 rows queued; 2 more do not fit"):
             await b.submit(rows(1, 1))
-        assert b.queued == 2  # none of the refused request's rows were queued
+        assert b.queued_rows == 2  # none of the refused request's rows were queued
         fake.hold.set()
         await asyncio.gather(first, second)
-        await b.stop()
+        b.stop()
 
     run(main())
 
@@ -153,9 +178,9 @@ def test_failed_forward_fails_only_its_callers_with_their_error():
         fake = FakeForward()
         b = await make(fake, workers=2, max_rows=1)
         fake.poison = 99
-        ok, bad, typed = await asyncio.gather(b.submit(rows(3)), b.submit(Encoded([[99, 99]], None)),
-                                              b.submit(Encoded([[-1]], None)), return_exceptions=True)
-        await b.stop()
+        ok, bad, typed = await asyncio.gather(b.submit(rows(3)), b.submit([[99, 99]]), b.submit([[-1]]),
+                                              return_exceptions=True)
+        b.stop()
         return ok, bad, typed
 
     ok, bad, typed = run(main())
@@ -178,7 +203,7 @@ def test_caller_that_goes_away_has_its_rows_dropped():
         fake.hold.set()
         result = await stays
         await holder
-        await b.stop()
+        b.stop()
         return fake.calls, result, gone.cancelled()
 
     calls, result, cancelled = run(main())
@@ -193,11 +218,11 @@ def test_rows_waiting_too_long_get_a_timeout():
         b = await make(fake, workers=1, queue_timeout_s=0.05)
         holder = asyncio.create_task(b.submit(rows(1)))
         await wait_entered(fake, 1)
-        with pytest.raises(PoolTimeout, match="waited 50 ms in the queue"):
+        with pytest.raises(PoolTimeout, match="timed out after 50 ms in the queue"):
             await b.submit(rows(2))
         fake.hold.set()
         await holder
-        await b.stop()
+        b.stop()
         return fake.calls
 
     assert run(main()) == [[1]]  # the expired row never ran
@@ -214,7 +239,7 @@ def test_concurrent_requests_share_forwards():
         await asyncio.sleep(0)
         fake.hold.set()
         await asyncio.gather(first, *rest)
-        await b.stop()
+        b.stop()
         return fake.calls
 
     calls = run(main())
@@ -224,15 +249,15 @@ def test_concurrent_requests_share_forwards():
 # ---------------------------------------------------------------- real models
 
 
-def batched(pipe, works, workers=2, max_rows=4, max_tokens=512):
-    """Run the works concurrently through a Batcher (small chunks, so rows of different requests mix)."""
+def batched(pipe, works, max_rows=4, max_tokens=512):
+    """Run the works concurrently through a batching scheduler (small chunks, so rows of different requests
+    mix)."""
     async def main():
-        b = Batcher("m", pipe.forward, workers=workers, max_rows=max_rows, max_tokens=max_tokens, queue_rows=1024,
-                    queue_timeout_s=30, executor=EXECUTOR)
-        b.start()
-        outs = await asyncio.gather(*(b.submit(w.enc) for w in works))
-        await b.stop()
-        return [w.finish(o) for w, (o, _) in zip(works, outs, strict=True)]
+        b = Scheduler("m", pipe.model.sessions, pipe.forward, EXECUTOR, batching=True, max_rows=max_rows,
+                      max_tokens=max_tokens, queue_rows=1024, queue_timeout_s=30)
+        outs = await asyncio.gather(*(b.submit(w.rows, w.costs, w.finish) for w in works))
+        b.stop()
+        return outs
 
     return asyncio.run(asyncio.wait_for(main(), 120))
 
@@ -286,18 +311,18 @@ def test_request_larger_than_the_queue_takes_the_direct_path(shared_models):
     from serverutil import ServerThread
 
     cfg = parse_config({"models": [{"name": "r", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"),
-                                    "replicas": 1, "max_batch": 3, "batching": {"max_rows": 2, "queue_rows": 4}}]})
+                                    "replicas": 1, "batching": {"max_rows": 3, "queue_rows": 4}}]})
     docs = [f"document number {i} " * (i + 1) for i in range(10)]
     with ServerThread(cfg) as srv:
-        batcher = srv.state.batchers["r"]
-        calls = []
-        forward = batcher.forward
-        batcher.forward = lambda ids, types: calls.append(len(ids)) or forward(ids, types)
+        scheduler = srv.state.schedulers["r"]
+        direct = []
+        run = scheduler.run
+        scheduler.run = lambda fn: direct.append(fn) or run(fn)
         with httpx.Client(base_url=srv.url, timeout=60) as c:
             big = c.post("/v1/rerank", json={"query": "q", "documents": docs}).json()
-            assert calls == []  # 10 rows > the queue's 4: never queued, run directly in max_batch slices
+            assert len(direct) == 1  # 10 rows > the queue's 4: never queued, run alone in max_rows slices
             small = c.post("/v1/rerank", json={"query": "q", "documents": docs[:3]}).json()
-            assert sum(calls) == 3
+            assert len(direct) == 1  # 3 rows fit: batched
         direct = srv.state.pipelines["r"].rerank("q", docs).scores
     assert {r["index"]: r["relevance_score"] for r in big["results"]} == \
         pytest.approx({i: float(s) for i, s in enumerate(direct)}, abs=1e-6)

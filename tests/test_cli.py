@@ -34,7 +34,9 @@ def test_help_imports_nothing_heavy(argv):
 
 
 def test_engine_imports_no_transport():
-    code = ("import sys\nimport rsinfer_cli.engine.registry, rsinfer_cli.pipelines.embed, rsinfer_cli.hub\n"
+    code = ("import sys\nimport rsinfer_cli.engine.registry, rsinfer_cli.engine.scheduler, "
+            "rsinfer_cli.pipelines.embedding, rsinfer_cli.pipelines.pii, rsinfer_cli.pipelines.zeroshot, "
+            "rsinfer_cli.pipelines.rerank, rsinfer_cli.hub\n"
             "bad = [m for m in ('aiohttp', 'typer', 'rich', 'prometheus_client') if m in sys.modules]\n"
             "assert not bad, bad\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -14,7 +14,7 @@ import pytest
 from rsinfer_cli.config import ModelConfig
 from rsinfer_cli.engine.model import load_model
 from rsinfer_cli.errors import InputError
-from rsinfer_cli.pipelines.embed import EmbeddingPipeline, pool, pooling_from_config
+from rsinfer_cli.pipelines.embedding import EmbeddingPipeline, pool, pooling_from_config
 
 import synth
 

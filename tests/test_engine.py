@@ -1,21 +1,22 @@
-"""Engine core: feeds from synthetic graphs, tokenizer limits, the session pool's admission, EPs, registry."""
+"""Engine core: feeds from synthetic graphs, tokenizer limits, the scheduler's admission, EPs, registry."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
-from rsinfer_cli.config import ModelConfig, ServerConfig, parse_config
+from rsinfer_cli.config import ModelConfig, parse_config
 from rsinfer_cli.engine.batching import plan_batches
-from rsinfer_cli.engine.inputs import FeedBuilder, TextEncoder
-from rsinfer_cli.engine.model import effective_max_len, load_model
-from rsinfer_cli.engine.pool import SessionPool
+from rsinfer_cli.engine.model import effective_max_len, load_model, sample_feeds
 from rsinfer_cli.engine.registry import Registry
+from rsinfer_cli.engine.scheduler import Scheduler
 from rsinfer_cli.engine.session import plan_eps
 from rsinfer_cli.errors import (
     InputError,
@@ -25,13 +26,21 @@ from rsinfer_cli.errors import (
     PoolTimeout,
     Saturated,
 )
+from rsinfer_cli.pipelines.embedding import EmbeddingPipeline
+from rsinfer_cli.pipelines.text import FeedBuilder, TextEncoder
 
 import synth
 
 
-def load(tmp_path: Path, model=None, **cfg) -> object:
+def load(tmp_path: Path, model=None, **cfg) -> EmbeddingPipeline:
+    """The embedding pipeline (text front end + model) of a synthetic model folder."""
     root = synth.write_model_dir(tmp_path / "m", model=model)
-    return load_model(ModelConfig(name="m", kind="embedding", path=str(root), replicas=1, **cfg))
+    return EmbeddingPipeline(load_model(ModelConfig(name="m", kind="embedding", path=str(root), replicas=1, **cfg)))
+
+
+def run(m: EmbeddingPipeline, outputs: list[str], feeds: dict) -> list:
+    out = m.model.run(m.model.sessions[0], feeds, outputs)
+    return [out[n] for n in outputs]
 
 
 class TestFeeds:
@@ -42,7 +51,7 @@ class TestFeeds:
         assert set(feeds) == {"input_ids", "attention_mask", "token_type_ids"}
         assert feeds["input_ids"].shape == (2, 8) and feeds["input_ids"].dtype == np.int64
         assert feeds["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0, 0, 0], [1] * 8]
-        out, _ = m.run(["last_hidden_state", "mask_plus_types"], feeds)
+        out, _ = run(m, ["last_hidden_state", "mask_plus_types"], feeds)
         table = synth.embedding_table()
         assert np.allclose(out[0, :4], table[[2, 4, 5, 3]])  # [CLS] hello world [SEP]
 
@@ -52,7 +61,7 @@ class TestFeeds:
         assert enc.ids == [[2, 4, 3, 6, 7, 3]]
         assert enc.type_ids == [[0, 0, 0, 1, 1, 1]]
         feeds = m.feeds.build(enc.ids, enc.type_ids)
-        (mpt,) = m.run(["mask_plus_types"], feeds)
+        (mpt,) = run(m, ["mask_plus_types"], feeds)
         assert mpt.tolist() == [[1, 1, 1, 2, 2, 2]]
 
     def test_position_ids_and_empty_kv_cache(self, tmp_path):
@@ -64,7 +73,7 @@ class TestFeeds:
         feeds = m.feeds.build(enc.ids, enc.type_ids, m.encoder.pad_id)
         assert feeds["past_key_values.0.key"].shape == (2, 2, 0, 8)
         assert feeds["past_key_values.0.key"].dtype == np.float32
-        positions, present = m.run(["positions", "present.1.value"], feeds)
+        positions, present = run(m, ["positions", "present.1.value"], feeds)
         assert positions.tolist() == [[0, 1, 2, 1, 1], [0, 1, 2, 3, 4]]  # cumsum(mask)-1, pads at 1
         assert present.tolist() == [2, 2, 0, 8]
 
@@ -90,7 +99,7 @@ class TestFeeds:
             node.type.tensor_type.elem_type = onnx.TensorProto.INT32
         del graph.graph.node[-1]  # the int64 Add
         del graph.graph.output[-1]
-        feeds = FeedBuilder(load(tmp_path, model=graph).graph).build([[2, 4, 3]], [[0, 0, 0]])
+        feeds = FeedBuilder(load(tmp_path, model=graph).model.graph).build([[2, 4, 3]], [[0, 0, 0]])
         assert feeds["input_ids"].dtype == np.int32 and feeds["attention_mask"].dtype == np.int32
 
 
@@ -129,77 +138,110 @@ class TestTruncation:
         assert effective_max_len(None, {}) == (None, "no limit known")
 
 
-class TestPool:
+class Held:
+    """A direct job's body that holds its replica until released; records the peak of concurrent jobs."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Semaphore(0)
+        self.active = self.peak = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, runner):
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+        self.entered.release()
+        self.release.wait(5)
+        with self.lock:
+            self.active -= 1
+        return runner.session
+
+
+EXECUTOR = ThreadPoolExecutor(max_workers=4)
+
+
+def scheduler(sessions=("s1",), **kw) -> Scheduler:
+    opts = {"batching": False, "max_rows": 8, "max_tokens": 512, "max_queue": 4, "queue_timeout_s": 5}
+    opts.update(kw)
+    return Scheduler("m", list(sessions), lambda session, rows: rows, EXECUTOR, **opts)
+
+
+async def entered(held: Held, n: int = 1) -> None:
+    for _ in range(n):
+        assert await asyncio.get_running_loop().run_in_executor(None, held.entered.acquire, True, 5)
+
+
+class TestAdmission:
     def test_saturated_when_waiter_budget_spent(self):
-        pool = SessionPool(["s1"], max_queue=1, queue_timeout_s=5, name="m")
-        entered = threading.Event()
-        release = threading.Event()
+        async def main():
+            s, held = scheduler(max_queue=1), Held()
+            first = asyncio.create_task(s.run(held))
+            await entered(held)
+            second = asyncio.create_task(s.run(held))
+            await asyncio.sleep(0)
+            assert s.waiting == 1
+            with pytest.raises(Saturated, match="saturated"):
+                await s.run(held)
+            held.release.set()
+            await asyncio.gather(first, second)
+            assert s.waiting == 0 and s.running == 0
 
-        def hold():
-            with pool.acquire():
-                entered.set()
-                release.wait(5)
-
-        def wait_turn():
-            with pool.acquire():
-                pass
-
-        holder = threading.Thread(target=hold)
-        holder.start()
-        assert entered.wait(5)
-        waiter = threading.Thread(target=wait_turn)
-        waiter.start()
-        deadline = time.monotonic() + 5
-        while pool.waiting < 1 and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert pool.waiting == 1
-        with pytest.raises(Saturated, match="saturated"), pool.acquire():
-            pass
-        release.set()
-        holder.join(5)
-        waiter.join(5)
-        assert pool.idle == 1 and pool.waiting == 0
+        asyncio.run(asyncio.wait_for(main(), 10))
 
     def test_timeout_while_waiting(self):
-        pool = SessionPool(["s1"], max_queue=4, queue_timeout_s=0.05, name="m")
-        with pool.acquire():
+        async def main():
+            s, held = scheduler(queue_timeout_s=0.05), Held()
+            first = asyncio.create_task(s.run(held))
+            await entered(held)
             t0 = time.monotonic()
-            with pytest.raises(PoolTimeout, match="timed out after 50 ms"), pool.acquire():
-                pass
+            with pytest.raises(PoolTimeout, match="timed out after 50 ms in the queue"):
+                await s.run(held)
             assert time.monotonic() - t0 >= 0.05
-        assert pool.waiting == 0
+            held.release.set()
+            await first
+            assert s.waiting == 0
 
-    def test_session_returns_after_exception(self):
-        pool = SessionPool(["s1", "s2"], max_queue=0, queue_timeout_s=1)
-        with pytest.raises(RuntimeError), pool.acquire():
-            raise RuntimeError("boom")
-        assert pool.idle == 2
+        asyncio.run(asyncio.wait_for(main(), 10))
+
+    def test_replica_returns_after_exception(self):
+        async def main():
+            s = scheduler(sessions=("s1", "s2"), max_queue=0)
+
+            def boom(runner):
+                raise RuntimeError("boom")
+
+            with pytest.raises(RuntimeError, match="boom"):
+                await s.run(boom)
+            for _ in range(100):  # the replica comes back as its thread ends, just after the answer
+                if s.running == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(s._idle) == 2 and s.running == 0
+
+        asyncio.run(asyncio.wait_for(main(), 10))
 
     def test_zero_queue_rejects_at_once_when_busy(self):
-        pool = SessionPool(["s1"], max_queue=0, queue_timeout_s=10)
-        with pool.acquire(), pytest.raises(Saturated), pool.acquire():
-            pass
+        async def main():
+            s, held = scheduler(max_queue=0), Held()
+            first = asyncio.create_task(s.run(held))
+            await entered(held)
+            with pytest.raises(Saturated):
+                await s.run(held)
+            held.release.set()
+            await first
+
+        asyncio.run(asyncio.wait_for(main(), 10))
 
     def test_concurrency_never_exceeds_replicas(self):
-        pool = SessionPool(["a", "b"], max_queue=64, queue_timeout_s=10)
-        active, peak, lock = 0, 0, threading.Lock()
+        async def main():
+            s, held = scheduler(sessions=("a", "b"), max_queue=64), Held()
+            held.release.set()
+            used = await asyncio.gather(*(s.run(held) for _ in range(16)))
+            return held.peak, set(used)
 
-        def work():
-            nonlocal active, peak
-            with pool.acquire():
-                with lock:
-                    active += 1
-                    peak = max(peak, active)
-                time.sleep(0.002)
-                with lock:
-                    active -= 1
-
-        threads = [threading.Thread(target=work) for _ in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(10)
-        assert peak == 2 and pool.idle == 2
+        peak, used = asyncio.run(asyncio.wait_for(main(), 10))
+        assert peak <= 2 and used <= {"a", "b"}
 
 
 class TestEps:
@@ -222,7 +264,7 @@ class TestEps:
 
     def test_skipped_ep_logged_and_reported(self, tmp_path, caplog):
         m = load(tmp_path, eps=("cuda", "cpu"))
-        assert m.providers == ["cpu"]
+        assert m.model.providers == ["cpu"]
         assert "execution provider cuda skipped" in caplog.text
 
 
@@ -265,11 +307,41 @@ class TestRegistry:
         assert "model 'gone' (models[1]): model folder" in msg
         assert "model 'broken' (models[2]): `file: onnx/missing.onnx`" in msg
 
-    def test_pool_budget_from_server_config(self, tmp_path):
+    def test_replicas_and_budget_from_config(self, tmp_path):
+        from rsinfer_cli.server.app import create_app
+
         root = synth.write_model_dir(tmp_path / "m")
-        m = load_model(ModelConfig(name="m", kind="embedding", path=str(root), replicas=2),
-                       ServerConfig(max_queue=7, queue_timeout_ms=1500))
-        assert (m.pool.size, m.pool.max_queue, m.pool.queue_timeout_s) == (2, 7, 1.5)
+        cfg = parse_config({"server": {"max_queue": 7, "queue_timeout_ms": 1500},
+                            "models": [{"name": "m", "kind": "embedding", "path": str(root), "replicas": 2}]})
+        app = create_app(cfg, Registry.load(cfg))
+        from rsinfer_cli.server.state import STATE
+
+        s = app[STATE].schedulers["m"]
+        assert (s.replicas, s.max_queue, s.queue_timeout_s) == (2, 7, 1.5)
+
+
+class TestTensorModel:
+    def test_graph_without_tokenizer_loads_and_runs(self, shared_models):
+        m = load_model(ModelConfig(name="t", kind="tensor", path=str(shared_models / "tensor-models" / "add_one"),
+                                   replicas=1))
+        assert m.resolved.tokenizer_path is None
+        assert [(t.name, t.dtype) for t in m.graph.inputs] == [("INPUT0", "float32")]
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        assert m.run(m.sessions[0], {"INPUT0": x})["OUTPUT0"].tolist() == (x + 1).tolist()
+
+    def test_text_kind_still_needs_a_tokenizer(self, shared_models):
+        from rsinfer_cli.errors import HubError
+
+        with pytest.raises(HubError, match="tokenizer.json not found"):
+            load_model(ModelConfig(name="t", kind="embedding",
+                                   path=str(shared_models / "tensor-models" / "add_one"), replicas=1))
+
+    def test_sample_feeds_follow_the_signature(self, tmp_path):
+        graph = synth.embedding_graph(position_ids=True, past_layers=1)
+        m = load(tmp_path, model=graph).model
+        feeds = sample_feeds(m.graph, {"sequence_length": 5})
+        assert feeds["input_ids"].shape == (1, 5)
+        assert feeds["past_key_values.0.key"].shape == (1, 2, 0, 8)
 
 
 @pytest.mark.parametrize(("lengths", "rows", "tokens", "expected"), [

@@ -15,7 +15,7 @@ import pytest
 from rsinfer_cli.config import ModelConfig, parse_config
 from rsinfer_cli.engine.model import load_model
 from rsinfer_cli.errors import InputError, ModelLoadError
-from rsinfer_cli.pipelines.nli import NliPipeline, assertion_for, invert_question
+from rsinfer_cli.pipelines.zeroshot import ZeroShotPipeline, assertion_for, invert_question
 from test_server import assert_error
 
 from serverutil import ServerThread
@@ -32,12 +32,12 @@ def template_of(case: dict, ref: dict) -> str:
     return ref["settings"]["templates"]["custom" if "-custom-" in case["id"] else "pipeline_default"]
 
 
-def nli(root, **cfg) -> NliPipeline:
-    return NliPipeline(load_model(ModelConfig(name="nli", kind="zeroshot", path=str(root), replicas=1, **cfg)))
+def nli(root, **cfg) -> ZeroShotPipeline:
+    return ZeroShotPipeline(load_model(ModelConfig(name="nli", kind="zeroshot", path=str(root), replicas=1, **cfg)))
 
 
 @pytest.fixture(scope="module")
-def pipe(shared_models) -> NliPipeline:
+def pipe(shared_models) -> ZeroShotPipeline:
     return nli(shared_models / "tiny-nli")
 
 
@@ -60,10 +60,12 @@ class TestParity:
 
     def test_raw_logits(self, pipe, ref):
         case = ref["cases"][0]
-        from rsinfer_cli.engine.model import Timing
+        from rsinfer_cli.pipelines.base import Timing, stack
 
         hyps = [r["hypothesis"] for r in case["raw"]]
-        logits = pipe.pair_logits([case["text"]] * len(hyps), hyps, Timing())
+        timing = Timing()
+        rows = pipe.encode_pairs([case["text"]] * len(hyps), hyps, timing)
+        logits = pipe.run(pipe.work(rows, lambda out: stack(out, 2), timing))
         expected = np.array([[r["contradiction_logit"], r["entailment_logit"]] for r in case["raw"]])
         assert np.abs(logits - expected).max() <= 1e-4
 

@@ -13,11 +13,9 @@ import httpx
 import numpy as np
 import pytest
 
-from rsinfer_cli.config import ModelConfig, parse_config
-from rsinfer_cli.engine.inputs import Encoded
-from rsinfer_cli.engine.model import Timing, load_model
+from rsinfer_cli.config import ModelConfig, ServerConfig, parse_config
+from rsinfer_cli.engine.model import load_model
 from rsinfer_cli.errors import InputError
-from rsinfer_cli.pipelines.base import forward_rows
 from rsinfer_cli.pipelines.pii import Entity, PiiPipeline, decode, plan_windows, redact, resolve_overlaps, stitch
 from test_server import assert_error
 
@@ -34,7 +32,7 @@ def ref(shared_models) -> dict:
 @pytest.fixture(scope="module")
 def pii(shared_models) -> PiiPipeline:
     return PiiPipeline(load_model(ModelConfig(name="pii", kind="pii", path=str(shared_models / "rampart-pii"),
-                                              replicas=1)), "test-salt")
+                                              replicas=1)), ServerConfig(pii_hash_salt="test-salt"))
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +54,11 @@ class TestRampartParity:
     def test_token_probabilities_match_every_reference_window(self, pii, ref):
         worst, tokens, label_diffs = 0.0, 0, 0
         for case in ref["cases"]:
-            enc = pii.model.encoder.tokenizer.encode(case["text"], add_special_tokens=False)
+            enc = pii.encoder.tokenizer.encode(case["text"], add_special_tokens=False)
             assert enc.ids == case["encoding"]["ids"]
             assert [list(o) for o in enc.offsets] == case["encoding"]["offsets"]
             rows = [pii.prefix + enc.ids[w["token_start"]:w["token_end"]] + pii.suffix for w in case["windows"]]
-            probs = forward_rows(pii.model, Encoded(rows, [[0] * len(r) for r in rows]), pii.output, pii.reduce,
-                                 max_rows=8, max_tokens=8192, timing=Timing(), ragged=True)
+            probs = pii.forward(pii.model.sessions[0], [(r, [0] * len(r)) for r in rows])
             for w, p in zip(case["windows"], probs, strict=True):
                 p = p[1:-1]  # [CLS]/[SEP] rows dropped, as in the reference
                 worst = max(worst, float(np.abs(p - np.array(w["probs"])).max()))
@@ -279,7 +276,7 @@ class TestWindows:
     @pytest.mark.shared
     def test_entity_across_a_window_boundary_found_once(self, pii):
         # windows of 510 tokens overlapping by 128: the first overlap is tokens 382..509, split at 446
-        tok = pii.model.encoder.tokenizer
+        tok = pii.encoder.tokenizer
         email = "john.smith@example.com"
         for cut in range(150, 450):  # grow the prefix word by word until the email straddles token 446
             text = "lorem " * cut + f"contact {email} today " + "lorem " * 100

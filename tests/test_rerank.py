@@ -118,12 +118,25 @@ class TestScoringRules:
             self.make(tmp_path, labels, scoring=scoring)
 
     def test_batches_sorted_and_restored(self, tmp_path):
-        pipe, _ = self.make(tmp_path, 1, max_batch=2)
+        from rsinfer_cli.config import BatchingConfig
+        from rsinfer_cli.engine.scheduler import Runner
+
+        pipe, _ = self.make(tmp_path, 1, batching=BatchingConfig(max_rows=2))
         docs = ["the cat sat on the mat", "a", "dog ran", "hello world the cat", "on"]
         together = pipe.rerank("hello", docs).scores
         alone = [pipe.rerank("hello", [d]).scores[0] for d in docs]
         assert np.allclose(together, alone, atol=1e-6)
-        assert len(pipe.rerank("hello", docs).timing.forwards) == 3
+        forwards: list[int] = []
+
+        class Observer:
+            def forward(self, rows, padded, seconds):
+                forwards.append(rows)
+
+            def waited(self, seconds):
+                pass
+
+        pipe.run(pipe.plan_rerank("hello", docs), Runner(pipe.model.sessions[0], pipe.forward, Observer()))
+        assert forwards == [2, 2, 1]
 
 
 class TestYesNo:

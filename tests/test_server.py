@@ -195,7 +195,7 @@ class TestLimits:
     def test_request_timeout_408(self, shared_models, registry):
         with ServerThread(make_config(shared_models, request_timeout_ms=50), registry) as srv, \
                 httpx.Client(base_url=srv.url) as c:
-            batcher = srv.state.batchers["mini"]
+            batcher = srv.state.schedulers["mini"]
             slow = batcher.forward
 
             def sleepy(*a, **k):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import os
 import types
 import typing
@@ -13,7 +14,6 @@ from typing import Any
 
 from .errors import ConfigError
 
-KINDS = ("embedding", "rerank", "zeroshot", "pii", "tensor")
 EPS = ("cpu", "cuda", "tensorrt", "nvrtx", "coreml", "openvino", "directml")
 DTYPE_ALIASES = {
     "auto": "auto",
@@ -53,6 +53,7 @@ class ServerConfig:
     hf_cache_dir: str | None = None
     threads: int = _opt(0, ge=0)
     api_keys: tuple[str, ...] = ()
+    max_texts: int = _opt(2048, gt=0)            # texts per embedding / PII / classification request
     max_rerank_documents: int = _opt(1000, gt=0)
     max_candidate_labels: int = _opt(64, gt=0)
     pii_hash_salt: str | None = None
@@ -69,7 +70,7 @@ class ServerConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     name: str
-    kind: str = field(metadata={"choices": KINDS})
+    kind: str = field(metadata={"choices": lambda: _families().kinds()})
     hf: str | None = None
     path: str | None = None
     revision: str = "main"
@@ -81,7 +82,7 @@ class ModelConfig:
     truncate: bool = True
     default: bool = False
     replicas: int = _opt(2, ge=1)
-    max_batch: int = _opt(32, ge=1)
+    max_batch: int | None = _opt(None, ge=1)  # rs-infer's spelling of batching.max_rows (one knob: that one)
     eps: tuple[str, ...] = _opt(("cpu",), choices=EPS)
     intra_threads: int = _opt(0, ge=0)
     device_id: int = _opt(0, ge=0)
@@ -225,10 +226,11 @@ def _convert(tp: Any, value: Any, path: str, meta: dict, errs: _Errors) -> Any:
             errs.add(path, f"must be one of {choices}, got {value!r}")
             return None
         value = canon
-    if "choices" in meta and value not in meta["choices"]:
-        close = difflib.get_close_matches(str(value), meta["choices"], n=1)
+    choices = meta["choices"]() if callable(meta.get("choices")) else meta.get("choices")
+    if choices is not None and value not in choices:
+        close = difflib.get_close_matches(str(value), choices, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        errs.add(path, f"must be one of {', '.join(meta['choices'])}, got {value!r}{hint}")
+        errs.add(path, f"must be one of {', '.join(choices)}, got {value!r}{hint}")
         return None
     for key, op, text in (("gt", lambda a, b: a > b, ">"), ("ge", lambda a, b: a >= b, ">="),
                           ("le", lambda a, b: a <= b, "<=")):
@@ -268,16 +270,32 @@ def _build(cls: type, data: Any, path: str, errs: _Errors) -> Any:
         return None  # already reported: a required key is missing
 
 
+def _families() -> Any:
+    from . import families
+
+    return families
+
+
 def _optional(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
 
 
-def _check_models(cfg_models: list, errs: _Errors) -> None:
+def _check_models(cfg_models: list[Any], raw_models: list[Any], errs: _Errors) -> None:
     names: dict[str, int] = {}
+    fams = _families()
+    owners = fams.specific_fields()
     for i, m in enumerate(cfg_models):
         if m is None:
             continue
         where = f"models[{i}]"
+        raw = raw_models[i] if isinstance(raw_models[i], dict) else {}
+        family = fams.get(m.kind)
+        for key in raw:
+            owner = owners.get(key)
+            if owner is not None and owner != m.kind:
+                errs.add(f"{where}.{key}", f"applies to kind {owner} only; model '{m.name}' is kind {m.kind}")
+            elif key in fams.TEXT_FIELDS and not family.needs_tokenizer:
+                errs.add(f"{where}.{key}", f"applies to text models only; model '{m.name}' is kind {m.kind}")
         if (m.hf is None) == (m.path is None):
             both = "both are set" if m.hf else "neither is set"
             errs.add(where, f"model '{m.name}': exactly one of `hf` or `path` must be set ({both})")
@@ -320,10 +338,19 @@ def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None
     else:
         for i, raw in enumerate(raw_models):
             m = _build(ModelConfig, raw, f"models[{i}]", errs)
+            if m is not None and m.max_batch is not None:  # rs-infer's direct-path knob: one knob now
+                batching = raw.get("batching")
+                given = batching.get("max_rows") if isinstance(batching, dict) else None
+                if given is None:
+                    m = dataclasses.replace(m, batching=dataclasses.replace(m.batching, max_rows=m.max_batch))
+                elif given != m.max_batch:
+                    logging.getLogger("rsinfer.config").warning(
+                        "%s: models[%d].max_batch (%d) is ignored: batching.max_rows (%d) sets the rows per forward "
+                        "on every path", file, i, m.max_batch, given)
             if m is not None and m.path and base_dir is not None and not os.path.isabs(m.path):
                 m = dataclasses.replace(m, path=str(base_dir / m.path))
             models.append(m)
-        _check_models(models, errs)
+        _check_models(models, raw_models, errs)
     errs.raise_if_any()
     return Config(models=tuple(models), server=server, file=file)
 

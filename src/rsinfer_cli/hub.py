@@ -48,11 +48,13 @@ class ModelSource:
     file: str | None = None
     tokenizer_hf: str | None = None
     dtype: str = "auto"
+    needs_tokenizer: bool = True     # text families need tokenizer.json; a tensor model is a graph alone
 
     @classmethod
-    def of(cls, model: Any) -> ModelSource:
+    def of(cls, model: Any, needs_tokenizer: bool = True) -> ModelSource:
         return cls(hf=model.hf, path=model.path, revision=model.revision, subfolder=model.subfolder,
-                   file=model.file, tokenizer_hf=model.tokenizer_hf, dtype=model.dtype)
+                   file=model.file, tokenizer_hf=model.tokenizer_hf, dtype=model.dtype,
+                   needs_tokenizer=needs_tokenizer)
 
 
 @dataclass(frozen=True)
@@ -65,13 +67,12 @@ class ResolvedModel:
     graph_reason: str                # why this graph was chosen
     candidates: tuple[str, ...]      # the preference order that was applied
     external_data: tuple[str, ...]   # repo-relative sibling weight files
-    tokenizer_path: Path
+    tokenizer_path: Path | None      # None: the folder has no tokenizer.json (a tensor model)
     aux: dict[str, Path] = field(default_factory=dict)        # aux name → local path
     aux_origin: dict[str, str] = field(default_factory=dict)  # aux name → "<source>:<rel>"
     repo: str | None = None
     revision: str | None = None
     commit: str | None = None
-    local_dir: Path | None = None
     origin: dict[str, Any] | None = None  # provenance recorded by `rsinfer download`
 
     def provenance(self) -> dict[str, Any]:
@@ -342,7 +343,7 @@ def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress
         src, rel = hit
         aux[name] = src.fetch(_safe_rel(rel))
         aux_origin[name] = f"{src.label}:{rel}"
-    if "tokenizer.json" not in aux:
+    if "tokenizer.json" not in aux and spec.needs_tokenizer:
         extra = f" nor in '{spec.tokenizer_hf}'" if spec.tokenizer_hf else ""
         raise HubError(f"tokenizer.json not found in {main.label} (root, "
                        f"{spec.subfolder + ', ' if spec.subfolder else ''}onnx/){extra}; "
@@ -354,9 +355,9 @@ def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress
     commit = getattr(main, "commit", None)
     return ResolvedModel(
         source=source, graph_file=graph, graph_path=graph_path, graph_reason=why,
-        candidates=tuple(candidates), external_data=tuple(ext), tokenizer_path=aux["tokenizer.json"],
+        candidates=tuple(candidates), external_data=tuple(ext), tokenizer_path=aux.get("tokenizer.json"),
         aux=aux, aux_origin=aux_origin, repo=spec.hf, revision=spec.revision if spec.hf else None,
-        commit=commit, local_dir=graph_path.parent, origin=origin,
+        commit=commit, origin=origin,
     )
 
 

@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from .. import __version__
+from .. import __version__, families
 from ..errors import (
     ConfigError,
     HubError,
@@ -21,7 +21,7 @@ from ..errors import (
     RsinferError,
     Saturated,
 )
-from . import bench, classify, download, embed, inspect, redact, rerank, serve
+from . import bench, download, inspect, serve
 
 
 class ExitCode(enum.IntEnum):
@@ -98,15 +98,14 @@ def root(
     """
 
 
-app.command("bench", help=bench.bench_cmd.__doc__)(bench.bench_cmd)
-app.command("classify", help=classify.classify_cmd.__doc__)(classify.classify_cmd)
-app.command("download", help=download.__doc__)(download.download_cmd)
-app.command("embed", help=embed.embed_cmd.__doc__)(embed.embed_cmd)
-app.command("inspect", help=inspect.__doc__)(inspect.inspect_cmd)
-app.command("redact", help=redact.redact_cmd.__doc__)(redact.redact_cmd)
-app.command("detect", help=redact.detect_cmd.__doc__)(redact.detect_cmd)
-app.command("rerank", help=rerank.rerank_cmd.__doc__)(rerank.rerank_cmd)
-app.command("serve", help=serve.__doc__)(serve.serve_cmd)
+_COMMANDS = {"bench": (bench.bench_cmd, bench.bench_cmd.__doc__), "download": (download.download_cmd, download.__doc__),
+             "inspect": (inspect.inspect_cmd, inspect.__doc__), "serve": (serve.serve_cmd, serve.__doc__)}
+for _family in families.all_families():  # each family's own commands (`embed`, `rerank`, `redact`, …)
+    for _name, _ref in _family.commands:
+        _fn = families.resolve_ref(_ref)
+        _COMMANDS[_name] = (_fn, _fn.__doc__)
+for _name, (_fn, _doc) in sorted(_COMMANDS.items()):
+    app.command(_name, help=_doc)(_fn)
 
 
 def main(argv: list[str] | None = None) -> None:

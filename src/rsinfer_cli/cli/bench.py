@@ -95,17 +95,16 @@ def bench_in_process(cfg: Any, server: Any, eps: list[str], batch_sizes: list[in
                 bar.advance(task, len(batch_sizes) * len(seq_lens))
                 continue
             pipe = build_pipeline(model, server)
-            token = model.encoder.tokenizer.encode("the", add_special_tokens=False).ids[:1] or [1]
+            session = model.sessions[0]
             for seq in seq_lens:
                 for batch in batch_sizes:
-                    ids = [token * seq] * batch
-                    types = [[0] * seq] * batch
+                    sample, _ = pipe.sample_rows(batch, seq)  # the family's rows of this shape
                     for _ in range(warmup):
-                        pipe.forward(ids, types)
+                        pipe.forward(session, sample)
                     times = []
                     for _ in range(repeats):
                         t0 = time.perf_counter()
-                        pipe.forward(ids, types)
+                        pipe.forward(session, sample)
                         times.append(time.perf_counter() - t0)
                     mean = sum(times) / len(times)
                     rows.append({"ep": ep, "batch": batch, "seq_len": seq, "rows_per_s": batch / mean,
@@ -122,29 +121,21 @@ def bench_in_process(cfg: Any, server: Any, eps: list[str], batch_sizes: list[in
 
 
 def request_body(route: str, model: str | None, texts: list[str]) -> dict[str, Any]:
+    """The body `route` takes for these texts, from the family that serves the route."""
+    from .. import families
     from ..errors import ConfigError
 
-    r = route.rstrip("/")
-    body: dict[str, Any]
-    if r.endswith("/embeddings"):
-        body = {"input": texts}
-    elif r == "/embed":
-        body = {"inputs": texts}
-    elif r.endswith("rerank"):
-        body = {"query": "where is my refund", "documents": texts}
-    elif r.endswith("/score"):
-        body = {"text_1": "where is my refund", "text_2": texts}
-    elif "/pii/" in r:
-        body = {"texts": texts}
-    elif r.endswith("/zero-shot"):
-        body = {"input": texts, "candidate_labels": ["billing", "shipping", "refund", "other"]}
-    elif r.endswith("/true-false"):
-        body = {"input": texts, "assertion": "This is about a refund."}
-    else:
-        raise ConfigError(f"--route {route}: not one of rsinfer's POST routes")
-    if model:
-        body["model"] = model
-    return body
+    r = route.rstrip("/") or "/"
+    for family in families.all_families():
+        if family.bench is None:
+            continue
+        make = family.load("bench").get(r)
+        if make is not None:
+            body: dict[str, Any] = make(texts)
+            if model:
+                body["model"] = model
+            return body
+    raise ConfigError(f"--route {route}: not one of rsinfer's POST routes")
 
 
 async def _drive(url: str, route: str, model: str | None, corpus: list[str], concurrency: int, requests: int,
@@ -251,7 +242,7 @@ def bench_cmd(
         else:
             _http_table(res)
         return
-    from .common import guess_kind, model_from_options
+    from .common import guess_source_kind, model_from_options
 
     ep_list = [e.strip() for e in eps.split(",") if e.strip()]
     if not ep_list:
@@ -263,13 +254,10 @@ def bench_cmd(
                                      kind=kind, replicas=1)
     if kind is None and (path is not None or hf is not None):
         import dataclasses
-        import json
 
-        from ..hub import ModelSource, resolve
+        from ..config import hub_cache_dir
 
-        resolved = resolve(ModelSource.of(cfg))
-        hf_cfg = json.loads(resolved.aux["config.json"].read_text()) if "config.json" in resolved.aux else {}
-        cfg = dataclasses.replace(cfg, kind=guess_kind(hf_cfg)[0])
+        cfg = dataclasses.replace(cfg, kind=guess_source_kind(cfg, hub_cache_dir(server.hf_cache_dir))[0])
     rows = bench_in_process(cfg, server, ep_list, *shapes, warmup, repeats)
     if json_out:
         print_json({"model": cfg.name, "kind": cfg.kind, "results": rows})

@@ -68,17 +68,20 @@ def model_from_options(*, name: str | None, config: Path | None, path: Path | No
     return model, ServerConfig()
 
 
-def guess_kind(hf_config: dict[str, Any]) -> tuple[str, str]:
-    """The pipeline a model folder is for, from config.json `architectures` (for --path/--hf without --kind)."""
-    arch = " ".join(hf_config.get("architectures") or [])
-    labels = " ".join(str(v).lower() for v in (hf_config.get("id2label") or {}).values())
-    if "ForTokenClassification" in arch:
-        return "pii", f"config.json architectures: {arch}"
-    if "ForSequenceClassification" in arch:
-        if "entail" in labels:
-            return "zeroshot", f"config.json architectures: {arch}; id2label has entailment"
-        return "rerank", f"config.json architectures: {arch}"
-    return "embedding", f"config.json architectures: {arch or 'none'}"
+def guess_source_kind(cfg: Any, cache_dir: Path | None = None) -> tuple[str, str]:
+    """(kind, why) of a --path/--hf model from its files: config.json and whether a tokenizer is there."""
+    import json
+
+    from .. import families
+    from ..hub import ModelSource, resolve
+
+    resolved = resolve(ModelSource.of(cfg, needs_tokenizer=False), cache_dir)
+    path = resolved.aux.get("config.json")
+    try:
+        hf_cfg = json.loads(path.read_text(encoding="utf-8")) if path else {}
+    except (OSError, ValueError):
+        hf_cfg = {}
+    return families.guess_kind(hf_cfg if isinstance(hf_cfg, dict) else {}, resolved.tokenizer_path is not None)
 
 
 def print_json(data: Any) -> None:
@@ -90,7 +93,7 @@ def stderr_is_tty() -> bool:
 
 
 def load_pipeline(kind: str, *, name: str | None, config: Path | None, path: Path | None, hf: str | None,
-                  revision: str = "main", dtype: str = "auto", max_batch: int | None = None,
+                  revision: str = "main", dtype: str = "auto", max_rows: int | None = None,
                   **overrides: Any) -> Any:
     """The pipeline of one model for a one-shot command (one replica), checking the model's kind."""
     import dataclasses
@@ -103,10 +106,10 @@ def load_pipeline(kind: str, *, name: str | None, config: Path | None, path: Pat
                                      kind=kind, replicas=1)
     if cfg.kind != kind:
         raise ConfigError(f"model '{cfg.name}' is a {cfg.kind} model; this command needs a {kind} model")
-    if max_batch is not None:
-        if max_batch < 1:
-            raise ConfigError(f"--batch-size must be >= 1, got {max_batch}")
-        cfg = dataclasses.replace(cfg, max_batch=max_batch)
+    if max_rows is not None:
+        if max_rows < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {max_rows}")
+        cfg = dataclasses.replace(cfg, batching=dataclasses.replace(cfg.batching, max_rows=max_rows))
     if overrides:
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
     return build_pipeline(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)), server)

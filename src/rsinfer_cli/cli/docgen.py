@@ -16,14 +16,14 @@ from typing import Any
 
 from typer.models import ArgumentInfo, OptionInfo
 
-from .. import __version__
-from ..config import DTYPE_ALIASES, KINDS
+from .. import __version__, families
+from ..config import DTYPE_ALIASES
 from .app import EXIT_DOCS, app
 
 # value completions for options that take a known set (their types stay str to accept aliases)
 CHOICES = {
     "--dtype": sorted(set(DTYPE_ALIASES.values())),
-    "--kind": list(KINDS),
+    "--kind": list(families.kinds()),
     "--log-level": ["debug", "info", "warning", "error"],
 }
 ENVIRONMENT = {

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from .. import families
 from .common import DTYPE_OPT, FILE_OPT, JSON_OPT, REVISION_OPT, SUBFOLDER_OPT, TOKENIZER_HF_OPT, print_json
 
 
@@ -78,7 +79,9 @@ def download_cmd(
         dtype = normalize_dtype(dtype)
     except ValueError:
         raise ConfigError(f"unknown --dtype '{dtype}' (auto|fp32|fp16|int8)") from None
+    # a graph alone is a model (kind: tensor): the tokenizer comes along where the repo has one
     spec = ModelSource(hf=repo, revision=revision, file=file, subfolder=subfolder, tokenizer_hf=tokenizer_hf,
+                       needs_tokenizer=False,
                        dtype=dtype)
     cache = cache_dir / "hf" if cache_dir else hub_cache_dir()
     progress = RichProgress() if stderr_is_tty() and not json_out else None
@@ -98,17 +101,16 @@ def download_cmd(
     kind = _guess_kind(r)
     typer.echo("\nadd to your config:\n"
                f"  - name: {out.resolve().name}\n"
-               f"    kind: {kind}   # from config.json; one of embedding | rerank | pii | zeroshot\n"
+               f"    kind: {kind}   # guessed from the files; one of {' | '.join(families.kinds())}\n"
                f"    path: {out}")
 
 
 def _guess_kind(resolved: Any) -> str:
     import json
 
-    from .common import guess_kind
-
     path = resolved.aux.get("config.json")
     try:
-        return guess_kind(json.loads(path.read_text(encoding="utf-8")) if path else {})[0]
+        hf_cfg = json.loads(path.read_text(encoding="utf-8")) if path else {}
     except (OSError, ValueError):
-        return "embedding"
+        hf_cfg = {}
+    return families.guess_kind(hf_cfg if isinstance(hf_cfg, dict) else {}, resolved.tokenizer_path is not None)[0]

@@ -49,8 +49,9 @@ def inspect_report(model: Any, kind_reason: str) -> dict[str, Any]:
             "resolved": model.providers,
             "skipped": [{"ep": ep, "reason": why} for ep, why in model.eps.skipped],
         },
-        "tokenizer": {"file": r.aux_origin.get("tokenizer.json"), "max_len": model.max_len,
-                      "max_len_source": model.max_len_source},
+        "tokenizer": {"file": r.aux_origin.get("tokenizer.json"),
+                      "max_len": model.max_len if r.tokenizer_path else None,
+                      "max_len_source": model.max_len_source if r.tokenizer_path else "no tokenizer"},
         "aux_files": r.aux_origin,
         "pipeline": describe(model),
     }
@@ -109,21 +110,22 @@ def inspect_cmd(
 ) -> None:
     import dataclasses
 
-    from ..config import KINDS, hub_cache_dir
+    from .. import families
+    from ..config import hub_cache_dir
     from ..engine.model import load_model
     from ..errors import ConfigError
-    from .common import guess_kind, model_from_options
+    from .common import guess_source_kind, model_from_options
 
-    if kind is not None and kind not in KINDS:
-        raise ConfigError(f"--kind must be one of {', '.join(KINDS)}, got '{kind}'")
+    if kind is not None and kind not in families.kinds():
+        raise ConfigError(f"--kind must be one of {', '.join(families.kinds())}, got '{kind}'")
     cfg, server = model_from_options(name=name, config=config, path=path, hf=hf, revision=revision, file=file,
                                      subfolder=subfolder, tokenizer_hf=tokenizer_hf, dtype=dtype, kind=kind,
                                      replicas=1)
-    model = load_model(cfg, server, hub_cache_dir(server.hf_cache_dir))
     reason = "config" if (path is None and hf is None) else "--kind"
     if (path is not None or hf is not None) and kind is None:
-        guessed, reason = guess_kind(model.hf_config)
-        model.config = dataclasses.replace(cfg, kind=guessed)
+        guessed, reason = guess_source_kind(cfg, hub_cache_dir(server.hf_cache_dir))
+        cfg = dataclasses.replace(cfg, kind=guessed)
+    model = load_model(cfg, server, hub_cache_dir(server.hf_cache_dir))
     rep = inspect_report(model, reason)
     if json_out:
         print_json(rep)

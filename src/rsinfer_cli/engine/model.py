@@ -1,4 +1,8 @@
-"""One loaded model: resolved files + tokenizer + session pool + feed builder, and how it was built."""
+"""One loaded model: resolved files + `replicas` ORT sessions + the graph signature, and how it was built.
+
+Tensor-generic: the engine knows sessions, input/output names, dtypes and shapes, and runs
+`feeds: dict[str, ndarray] → dict[str, ndarray]`. Text (tokenizers, feed building) belongs to the text families.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ModelConfig, ServerConfig
+import numpy as np
+
+from ..config import ACCELERATOR_MAX_TOKENS, CPU_MAX_PADDING, CPU_MAX_TOKENS, ModelConfig, ServerConfig
 from ..errors import InferenceError, ModelLoadError
-from ..hub import ModelSource, ResolvedModel, resolve
-from .inputs import FeedBuilder, TextEncoder
-from .pool import SessionPool
-from .session import EpPlan, GraphInfo, actual_providers, build_session, graph_info, plan_eps
+from ..hub import ModelSource, Progress, ResolvedModel, resolve
+from .session import EpPlan, GraphInfo, Session, actual_providers, build_session, graph_info, plan_eps
 
 log = logging.getLogger("rsinfer.engine")
+
+Feeds = dict[str, np.ndarray]
+Outputs = dict[str, np.ndarray]
 
 # position-embedding offsets of families whose max_position_embeddings counts padding slots
 _POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "bart": 2, "longformer": 2}
@@ -32,7 +39,7 @@ def rss_bytes() -> int:
         pass
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def _read_json(path: Path | None) -> dict[str, Any]:
@@ -45,7 +52,7 @@ def _read_json(path: Path | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def effective_max_len(cfg_max_len: int | None, aux: dict[str, dict]) -> tuple[int | None, str]:
+def effective_max_len(cfg_max_len: int | None, aux: dict[str, dict[str, Any]]) -> tuple[int | None, str]:
     """`max_len`, else the sentence-transformers limit, the tokenizer's, the position table's — the smallest
     known limit, so that an over-length row never reaches the graph."""
     if cfg_max_len:
@@ -67,33 +74,39 @@ def effective_max_len(cfg_max_len: int | None, aux: dict[str, dict]) -> tuple[in
     return min(found)
 
 
-@dataclass
-class Timing:
-    """One request's timing record; the server turns it into metrics and headers."""
-
-    tokenize_s: float = 0.0
-    forwards: list[tuple[int, int, float]] = field(default_factory=list)  # (rows, padded tokens, seconds)
-    tokens: int = 0
-    truncated: int = 0
-
-    @property
-    def inference_s(self) -> float:
-        return sum(f[2] for f in self.forwards)
+def sample_feeds(graph: GraphInfo, dims: dict[str, int] | None = None) -> Feeds:
+    """Feeds built from the signature alone: fixed dims as declared, a named dynamic dim from `dims`, a past
+    (KV-cache) length 0, any other dynamic dim 1; zeros (empty strings, False) as values. Used for the trial
+    forward at load and for benchmarks of a graph nobody wrote a request for."""
+    dims = dims or {}
+    feeds: Feeds = {}
+    for t in graph.inputs:
+        shape = []
+        for d in t.shape:
+            if isinstance(d, int) and d >= 0:
+                shape.append(d)
+            elif isinstance(d, str) and d in dims:
+                shape.append(dims[d])
+            else:
+                shape.append(0 if isinstance(d, str) and "past" in d.lower() else 1)
+        if t.dtype == "string":
+            feeds[t.name] = np.full(shape, "", dtype=object)
+        else:
+            feeds[t.name] = np.zeros(shape, dtype=np.dtype(t.dtype) if t.dtype != "bfloat16" else np.float32)
+    return feeds
 
 
 @dataclass
 class LoadedModel:
     config: ModelConfig
     resolved: ResolvedModel
-    pool: SessionPool
+    sessions: list[Session]
     graph: GraphInfo
-    feeds: FeedBuilder
-    encoder: TextEncoder
     eps: EpPlan
     providers: list[str]
     max_len: int | None
     max_len_source: str
-    aux: dict[str, dict] = field(default_factory=dict)
+    aux: dict[str, dict[str, Any]] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -105,40 +118,39 @@ class LoadedModel:
         return self.config.kind
 
     @property
+    def replicas(self) -> int:
+        return len(self.sessions)
+
+    @property
     def hf_config(self) -> dict[str, Any]:
         return self.aux.get("config.json", {})
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.providers[0] == "cpu"
 
     @property
     def max_tokens(self) -> int:
         """Padded tokens per forward: `batching.max_tokens`, else a default for where the model runs (on CPU,
         padding and long batches cost more than the per-forward overhead they save)."""
-        from ..config import ACCELERATOR_MAX_TOKENS, CPU_MAX_TOKENS
-
         configured = self.config.batching.max_tokens
         if configured:
             return configured
-        return CPU_MAX_TOKENS if self.providers[0] == "cpu" else ACCELERATOR_MAX_TOKENS
+        return CPU_MAX_TOKENS if self.on_cpu else ACCELERATOR_MAX_TOKENS
 
     @property
     def max_padding(self) -> int | None:
         """Padding a row may add to a batch (CPU only: accelerators pay little for padding)."""
-        from ..config import CPU_MAX_PADDING
+        return CPU_MAX_PADDING if self.on_cpu else None
 
-        return CPU_MAX_PADDING if self.providers[0] == "cpu" else None
-
-    def run(self, output_names: list[str] | None, feeds: dict[str, Any], timing: Timing | None = None,
-            timeout_s: float | None = None) -> list:
-        """One forward on a free replica (waits per the pool's budget); recorded in `timing`."""
-        with self.pool.acquire(timeout_s) as session:
-            t0 = time.perf_counter()
-            try:
-                out = session.run(output_names, feeds)
-            except Exception as exc:  # noqa: BLE001 - ORT raises untyped errors
-                raise InferenceError(f"inference failed for model '{self.name}': {exc}", model=self.name) from exc
-            if timing is not None:
-                ids = feeds["input_ids"]
-                timing.forwards.append((ids.shape[0], ids.shape[0] * ids.shape[1], time.perf_counter() - t0))
-            return out
+    def run(self, session: Session, feeds: Feeds, outputs: list[str] | None = None) -> Outputs:
+        """One forward on `session` (one of this model's replicas) → the requested outputs by name."""
+        names = outputs or [o.name for o in self.graph.outputs]
+        try:
+            values = session.run(names, feeds)
+        except Exception as exc:  # noqa: BLE001 - ORT raises untyped errors
+            raise InferenceError(f"inference failed for model '{self.name}': {exc}", model=self.name) from exc
+        return {n: np.asarray(v) for n, v in zip(names, values, strict=True)}
 
     def card(self) -> dict[str, Any]:
         """What the model is and how it runs, for /v1/models, `inspect` and logs."""
@@ -148,30 +160,31 @@ class LoadedModel:
             "graph_reason": self.resolved.graph_reason, "dtype": self.config.dtype,
             "execution_providers": self.providers, "eps_requested": list(self.eps.requested),
             "eps_skipped": [{"ep": ep, "reason": why} for ep, why in self.eps.skipped],
-            "replicas": self.pool.size, "max_len": self.max_len, "max_len_source": self.max_len_source,
+            "replicas": self.replicas, "max_len": self.max_len, "max_len_source": self.max_len_source,
             "default": self.config.default,
         }
 
 
-def _trial_forward(name: str, sessions: list, feeds: FeedBuilder, encoder: TextEncoder) -> None:
-    """One tiny forward per replica: a graph that cannot run fails at start-up, and the first request
-    does not pay ORT's lazy initialisation."""
-    enc = encoder.encode(["warm up"])
-    trial = feeds.build(enc.ids, enc.type_ids, encoder.pad_id)
-    first_output = [sessions[0].get_outputs()[0].name]
+def _trial_forward(name: str, sessions: list[Session], graph: GraphInfo) -> None:
+    """One tiny forward per replica on feeds built from the signature: a graph that cannot run fails at
+    start-up, and the first request does not pay ORT's lazy initialisation."""
+    feeds = sample_feeds(graph)
+    first_output = [graph.outputs[0].name]
     for session in sessions:
         try:
-            session.run(first_output, trial)
+            session.run(first_output, feeds)
         except Exception as exc:  # noqa: BLE001 - ORT raises untyped errors
             raise ModelLoadError(f"model '{name}' fails a trial forward: {exc}", model=name) from exc
 
 
 def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: Path | None = None,
-               progress: Any = None) -> LoadedModel:
-    """Resolve, build `replicas` sessions, and check at load time that every graph input can be filled."""
+               progress: Progress | None = None) -> LoadedModel:
+    """Resolve (the tokenizer only where the family needs one), build `replicas` sessions, trial-run them."""
+    from .. import families
+
     server = server or ServerConfig()
     t0 = time.perf_counter()
-    resolved = resolve(ModelSource.of(cfg), cache_dir, progress)
+    resolved = resolve(ModelSource.of(cfg, families.get(cfg.kind).needs_tokenizer), cache_dir, progress)
     t_resolve = time.perf_counter() - t0
     aux = {name: _read_json(path) for name, path in resolved.aux.items() if name.endswith(".json")
            and name != "tokenizer.json"}
@@ -185,18 +198,14 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     t_build = time.perf_counter() - t1
     rss_delta = rss_bytes() - rss0
     graph = graph_info(sessions[0])
-    feeds = FeedBuilder(graph, cfg.name)
-    encoder = TextEncoder(resolved.tokenizer_path, max_len, truncate=cfg.truncate, model=cfg.name)
-    _trial_forward(cfg.name, sessions, feeds, encoder)
+    _trial_forward(cfg.name, sessions, graph)
     size = resolved.graph_path.stat().st_size + sum(
         (resolved.graph_path.parent / Path(rel).name).stat().st_size for rel in resolved.external_data)
-    pool = SessionPool(sessions, max_queue=server.max_queue, queue_timeout_s=server.queue_timeout_ms / 1000,
-                       name=cfg.name)
     stats = {"file_bytes": size, "resolve_s": round(t_resolve, 3), "build_s": round(t_build, 3),
              "rss_delta_bytes": rss_delta}
-    model = LoadedModel(config=cfg, resolved=resolved, pool=pool, graph=graph, feeds=feeds, encoder=encoder,
-                        eps=plan, providers=actual_providers(sessions[0]), max_len=max_len,
-                        max_len_source=max_len_source, aux=aux, stats=stats)
+    model = LoadedModel(config=cfg, resolved=resolved, sessions=sessions, graph=graph, eps=plan,
+                        providers=actual_providers(sessions[0]), max_len=max_len, max_len_source=max_len_source,
+                        aux=aux, stats=stats)
     log.info("model %s loaded: %s (%s), %.1f MiB, %d replica(s) built in %.2fs, RSS +%.1f MiB, EPs %s",
              cfg.name, resolved.graph_file, resolved.source, size / 2**20, cfg.replicas, t_build,
              rss_delta / 2**20, ",".join(model.providers))

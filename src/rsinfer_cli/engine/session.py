@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import ModelConfig
 from ..errors import ModelLoadError
@@ -25,6 +25,15 @@ SHORT = {v: k for k, v in PROVIDERS.items()}
 LOG_LEVELS = {"verbose": 0, "info": 1, "warn": 2, "warning": 2, "error": 3, "fatal": 4}
 COREML_UNITS = {"all": "ALL", "cpu_and_gpu": "CPUAndGPU", "cpu_and_ne": "CPUAndNeuralEngine",
                 "cpu_only": "CPUOnly"}
+
+
+class Session(Protocol):
+    """What rsinfer uses of an `onnxruntime.InferenceSession`."""
+
+    def run(self, output_names: list[str] | None, input_feed: dict[str, Any]) -> list[Any]: ...
+    def get_inputs(self) -> list[Any]: ...
+    def get_outputs(self) -> list[Any]: ...
+    def get_providers(self) -> list[str]: ...
 
 
 def available_providers() -> list[str]:
@@ -85,14 +94,16 @@ def session_options(cfg: ModelConfig, threads: int = 0) -> Any:
     return so
 
 
-def build_session(graph: Path, cfg: ModelConfig, plan: EpPlan, threads: int = 0) -> Any:
+def build_session(graph: Path, cfg: ModelConfig, plan: EpPlan, threads: int = 0) -> Session:
     import onnxruntime as ort
 
     providers = [(PROVIDERS[ep], opts) for ep, opts in zip(plan.resolved, plan.options, strict=True)]
     try:
-        return ort.InferenceSession(str(graph), sess_options=session_options(cfg, threads), providers=providers)
+        session: Session = ort.InferenceSession(str(graph), sess_options=session_options(cfg, threads),
+                                                providers=providers)
     except Exception as exc:  # noqa: BLE001 - ORT raises its own untyped errors
         raise ModelLoadError(f"onnxruntime cannot load {graph}: {exc}", model=cfg.name) from exc
+    return session
 
 
 @dataclass(frozen=True)
@@ -121,12 +132,12 @@ _ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(
               "tensor(string)": "string", "tensor(bfloat16)": "bfloat16"}
 
 
-def graph_info(session: Any) -> GraphInfo:
-    def conv(args: list) -> tuple[TensorInfo, ...]:
+def graph_info(session: Session) -> GraphInfo:
+    def conv(args: list[Any]) -> tuple[TensorInfo, ...]:
         return tuple(TensorInfo(a.name, _ORT_TYPES.get(a.type, a.type), tuple(a.shape)) for a in args)
 
     return GraphInfo(conv(session.get_inputs()), conv(session.get_outputs()))
 
 
-def actual_providers(session: Any) -> list[str]:
+def actual_providers(session: Session) -> list[str]:
     return [SHORT.get(p, p) for p in session.get_providers()]

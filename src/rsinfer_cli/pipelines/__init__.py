@@ -1,39 +1,25 @@
-"""Pipelines: sync numpy code that turns items into rows, runs forwards, and post-processes results."""
+"""Pipelines: sync numpy code that turns requests into rows, runs forwards, and post-processes results. Which
+pipeline a model gets is its family's (see `rsinfer_cli.families`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-
-def build_pipeline(model: Any, server: Any = None) -> Any:
-    """The pipeline object for a loaded model's kind (validated at load time); `server` supplies
-    server-wide settings (the PII hash salt)."""
-    if model.kind == "embedding":
-        from .embed import EmbeddingPipeline
-
-        return EmbeddingPipeline(model)
-    if model.kind == "rerank":
-        from .rerank import RerankPipeline
-
-        return RerankPipeline(model)
-    if model.kind == "pii":
-        from .pii import PiiPipeline
-
-        return PiiPipeline(model, getattr(server, "pii_hash_salt", None))
-    if model.kind == "zeroshot":
-        from .nli import NliPipeline
-
-        return NliPipeline(model)
-    return None
+from .. import families
+from ..config import ServerConfig
+from ..engine.model import LoadedModel
+from .base import RowPipeline
 
 
-def describe(model: Any) -> dict[str, Any]:
-    """What the pipeline will do with this model (pooling, labels, scoring), for `inspect` and /v1/models."""
-    pipe = build_pipeline(model)
-    if pipe is not None:
-        return pipe.describe()
-    info: dict[str, Any] = {"kind": model.kind}
-    labels = model.hf_config.get("id2label")
-    if isinstance(labels, dict):
-        info["labels"] = [labels[k] for k in sorted(labels, key=lambda k: int(k))]
-    return info
+def build_pipeline(model: LoadedModel, server: ServerConfig | None = None) -> RowPipeline:
+    """The pipeline of a loaded model's family, validated against the model now (a mismatch is a load error);
+    `server` supplies server-wide settings (the PII hash salt)."""
+    factory = families.get(model.kind).load("pipeline")
+    pipe: RowPipeline = factory(model, server)
+    return pipe
+
+
+def describe(model: LoadedModel) -> dict[str, Any]:
+    """What the pipeline will do with this model (pooling, labels, scoring, signature), for `inspect` and
+    /v1/models."""
+    return build_pipeline(model).describe()

@@ -1,61 +1,46 @@
-"""What every pipeline shares. A request becomes `Work`: token rows plus a `finish` that turns the rows' outputs
-into the answer. The rows run either here, in length-sorted forwards (the direct path, also the CLI's), or
-through the server's cross-request batcher, which mixes rows of many requests in one forward."""
+"""What every pipeline shares. A request becomes `Work`: rows (whatever the family makes of it), a cost per row
+(padded tokens it adds to a forward), and a `finish` that turns the rows' outputs into the answer. The rows run
+either through the model's scheduler (the server) or here on one replica in length-sorted forwards (the CLI);
+either way the family's `forward` collates rows into feeds, runs them and splits the outputs back."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
-from ..engine.batching import plan_batches
-from ..engine.inputs import Encoded
-from ..engine.model import Timing
+from ..config import ServerConfig
+from ..engine.model import LoadedModel
+from ..engine.scheduler import Runner, run_rows
+from ..engine.session import Session
+from ..errors import ModelLoadError
 
-# reduce(output of one forward, attention mask [rows, width]) → one row per input row of that forward
-Reduce = Callable[[np.ndarray, np.ndarray], np.ndarray]
+T = TypeVar("T")
+Array = npt.NDArray[Any]
 
 LOGIT_OUTPUTS = ("logits", "output0", "output", "scores")
 
 
-def pick_output(model: Any, preferred: tuple[str, ...]) -> str:
-    names = [o.name for o in model.graph.outputs]
-    return next((n for n in preferred if n in names), names[0])
+@dataclass
+class Timing:
+    """One request's usage and tokenize time; the server turns it into metrics and headers."""
+
+    tokenize_s: float = 0.0
+    tokens: int = 0
+    truncated: int = 0
 
 
-def last_token_index(mask: np.ndarray) -> np.ndarray:
-    """Each row's last real token under right padding."""
-    return np.maximum(mask.sum(axis=1) - 1, 0)
+@dataclass
+class Work(Generic[T]):
+    """One request's rows and how their outputs (one per row, in row order) become its answer."""
 
-
-def forward_batch(model: Any, output: str, reduce: Reduce, ids: Sequence[Sequence[int]],
-                  type_ids: Sequence[Sequence[int]] | None, timing: Timing | None = None,
-                  ragged: bool = False) -> list[Any]:
-    """One forward of these rows → one output per row (per-token outputs cut to each row's length if ragged)."""
-    feeds = model.feeds.build(ids, type_ids, model.encoder.pad_id)
-    (out,) = model.run([output], feeds, timing)
-    width = feeds["input_ids"].shape[1]
-    lengths = np.array([len(r) for r in ids])
-    mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
-    rows = reduce(np.asarray(out), mask)
-    if ragged:
-        return [rows[j, : lengths[j]] for j in range(len(ids))]
-    return list(rows)
-
-
-def forward_rows(model: Any, enc: Encoded, output: str, reduce: Reduce, *, max_rows: int, max_tokens: int,
-                 timing: Timing, ragged: bool = False) -> list[Any]:
-    """All rows of `enc` in forwards of at most `max_rows` rows / `max_tokens` padded tokens, shortest first;
-    one output per row, in input order."""
-    outputs: list[Any] = [None] * len(enc.ids)
-    for batch in plan_batches(enc.lengths, max_rows, max_tokens, getattr(model, "max_padding", None)):
-        ids = [enc.ids[i] for i in batch]
-        types = [enc.type_ids[i] for i in batch] if enc.type_ids is not None else None
-        for i, row in zip(batch, forward_batch(model, output, reduce, ids, types, timing, ragged), strict=True):
-            outputs[i] = row
-    return outputs
+    rows: Sequence[Any]
+    costs: Sequence[int]
+    finish: Callable[[list[Any]], T]
+    timing: Timing = field(default_factory=Timing)
 
 
 class Timed:
@@ -72,48 +57,88 @@ class Timed:
         return self.timing.truncated
 
 
-@dataclass
-class Work:
-    """One request's rows and how their outputs (one per row, in row order) become its answer."""
-
-    enc: Encoded
-    finish: Callable[[list[Any]], Any]
-    timing: Timing
-
-    @property
-    def rows(self) -> int:
-        return len(self.enc.ids)
-
-
 class RowPipeline:
-    """A pipeline whose requests decompose into independent token rows of one model."""
+    """A family's pipeline over one loaded model: requests decompose into independent rows."""
 
-    model: Any
-    output: str
-    ragged = False          # per-token outputs (PII) instead of one vector per row
-    max_rows: int
-    max_tokens: int
+    kind = ""
 
-    def reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
+        self.model = model
+        self.server = server or ServerConfig()
+        self.max_rows = model.config.batching.max_rows
+        self.max_tokens = model.max_tokens
+        self.max_padding = model.max_padding
+
+    def forward(self, session: Session, rows: Sequence[Any]) -> list[Any]:
+        """Rows (possibly of several requests) → one output per row, on `session` (a worker thread)."""
         raise NotImplementedError
 
-    def work(self, enc: Encoded, finish: Callable[[list[Any]], Any], timing: Timing) -> Work:
-        timing.tokens += enc.num_tokens
-        timing.truncated += enc.truncated
-        return Work(enc, finish, timing)
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind}
 
-    def forward(self, ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None,
-                timing: Timing | None = None) -> list[Any]:
-        """One forward of rows that may come from several requests (the batcher's unit of work)."""
-        return forward_batch(self.model, self.output, self.reduce, ids, type_ids, timing, self.ragged)
+    def output_shape(self, name: str) -> tuple[int | str | None, ...]:
+        info = self.model.graph.output(name)
+        assert info is not None, name
+        return info.shape
 
-    def run(self, work: Work) -> Any:
-        """The direct path: the work's rows in this thread, in length-sorted forwards, then its answer."""
-        outputs = forward_rows(self.model, work.enc, self.output, self.reduce, max_rows=self.max_rows,
-                               max_tokens=self.max_tokens, timing=work.timing, ragged=self.ragged)
+    def sample_rows(self, batch: int, length: int) -> tuple[list[Any], list[int]]:
+        """`batch` rows of `length` (tokens, or the family's unit) for `rsinfer bench`."""
+        raise NotImplementedError
+
+    def runner(self) -> Runner:
+        """Forwards on the first replica, unobserved: the CLI's one-shot path."""
+        return Runner(self.model.sessions[0], self.forward)
+
+    def run(self, work: Work[T], runner: Runner | None = None) -> T:
+        """The direct path: the work's rows on one replica, in length-sorted forwards, then its answer."""
+        outputs = run_rows(runner or self.runner(), work.rows, work.costs, max_rows=self.max_rows,
+                           max_tokens=self.max_tokens, max_padding=self.max_padding)
         return work.finish(outputs)
 
 
-def stack(outputs: list[Any], width: int) -> np.ndarray:
+# ---------------------------------------------------------------- shared numerics and config readers
+
+
+def softmax(x: Array, axis: int = -1) -> Array:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    out: Array = e / e.sum(axis=axis, keepdims=True)
+    return out
+
+
+def sigmoid(x: Array) -> Array:
+    out: Array = 1.0 / (1.0 + np.exp(-x))
+    return out
+
+
+def last_token_index(mask: Array) -> Array:
+    """Each row's last real token under right padding."""
+    out: Array = np.maximum(mask.sum(axis=1) - 1, 0)
+    return out
+
+
+def stack(outputs: list[Any], width: int) -> Array:
     """Per-row outputs as one [n, width] array (an empty request gives [0, width])."""
     return np.stack(outputs) if outputs else np.empty((0, width))
+
+
+def pick_output(model: LoadedModel, preferred: Sequence[str]) -> str:
+    names = [o.name for o in model.graph.outputs]
+    return next((n for n in preferred if n in names), names[0])
+
+
+def id2label(model: LoadedModel) -> list[str]:
+    """config.json `id2label` as a list by index; ModelLoadError when missing, not integer-keyed or gapped."""
+    raw: Mapping[Any, Any] | None = model.hf_config.get("id2label")
+    name = model.name
+    if not isinstance(raw, dict) or not raw:
+        raise ModelLoadError(f"model '{name}': config.json must contain id2label for a {model.kind} model",
+                             model=name)
+    try:
+        keyed = {int(k): str(v) for k, v in raw.items()}
+    except (TypeError, ValueError):
+        raise ModelLoadError(f"model '{name}': config.json id2label keys must be integers, got "
+                             f"{sorted(map(str, raw))}", model=name) from None
+    if sorted(keyed) != list(range(len(keyed))):
+        raise ModelLoadError(f"model '{name}': config.json id2label keys must be 0..{len(keyed) - 1}, got "
+                             f"{sorted(keyed)}", model=name)
+    return [keyed[i] for i in range(len(keyed))]

@@ -16,12 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.inputs import Encoded
-from ..engine.model import Timing
+from ..config import ServerConfig
+from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
-from .base import LOGIT_OUTPUTS, RowPipeline, Timed, Work, pick_output
+from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, softmax
 from .recognizers import TYPES as RECOGNIZED
 from .recognizers import recognize
+from .text import Encoded, TextPipeline
 
 MODES = ("mask", "remove", "replace", "hash")
 
@@ -80,7 +81,7 @@ def plan_windows(n: int, width: int, overlap: int) -> list[tuple[int, int]]:
         start += step
 
 
-def stitch(windows: list[tuple[int, int]], rows: list[np.ndarray]) -> np.ndarray:
+def stitch(windows: list[tuple[int, int]], rows: list[Array]) -> Array:
     """Per-token rows of overlapping windows → one row per token: each overlap is split at its middle."""
     if len(windows) == 1:
         return rows[0]
@@ -117,7 +118,7 @@ def whole_words(text: str, a: int, b: int) -> tuple[int, int]:
     return na, nb
 
 
-def decode(text: str, offsets: Sequence[tuple[int, int]], label_ids: np.ndarray, probs: np.ndarray,
+def decode(text: str, offsets: Sequence[tuple[int, int]], label_ids: Array, probs: Array,
            labels: Sequence[str], threshold: float) -> list[Entity]:
     """The BIOES state machine over one text's tokens (special tokens already excluded).
 
@@ -227,27 +228,18 @@ def redact(text: str, entities: Sequence[Entity], mode: str = "mask", mask_char:
     return "".join(out)
 
 
-class PiiPipeline(RowPipeline):
+class PiiPipeline(TextPipeline):
+    kind = "pii"
     ragged = True
 
-    def __init__(self, model: Any, salt: str | None = None) -> None:
-        """`salt`: the server-wide hash salt; the model's own `pii_hash_salt` wins over it."""
-        self.model = model
+    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
+        """The server's `pii_hash_salt` is the hash salt unless the model sets its own."""
+        super().__init__(model, server)
         cfg = model.config
-        id2label = model.hf_config.get("id2label")
-        if not isinstance(id2label, dict) or not id2label:
-            raise ModelLoadError(f"model '{cfg.name}': config.json must contain id2label for a pii model",
-                                 model=cfg.name)
-        try:
-            size = max(int(k) for k in id2label) + 1
-        except ValueError:
-            raise ModelLoadError(f"model '{cfg.name}': config.json id2label keys must be integers",
-                                 model=cfg.name) from None
-        self.labels = [""] * size
-        for k, v in id2label.items():
-            self.labels[int(k)] = str(v)
+        salt = self.server.pii_hash_salt
+        self.labels = id2label(model)
         self.output = pick_output(model, LOGIT_OUTPUTS)
-        shape = model.graph.output(self.output).shape
+        shape = self.output_shape(self.output)
         if len(shape) != 3:
             raise ModelLoadError(f"model '{cfg.name}': pii output '{self.output}' has shape {list(shape)}; "
                                  "expected [batch, seq, labels]", model=cfg.name)
@@ -257,7 +249,7 @@ class PiiPipeline(RowPipeline):
         self.recognizers = cfg.pii_recognizers
         self.types = sorted(({parse_tag(label)[1] for label in self.labels} - {""})
                             | {RECOGNIZED[r] for r in self.recognizers})
-        tok = model.encoder.tokenizer
+        tok = self.encoder.tokenizer
         probe, bare = tok.encode("x", add_special_tokens=True).ids, tok.encode("x", add_special_tokens=False).ids
         at = next((i for i in range(len(probe)) if probe[i:i + len(bare)] == bare), 0)
         self.prefix, self.suffix = probe[:at], probe[at + len(bare):]
@@ -267,8 +259,6 @@ class PiiPipeline(RowPipeline):
             raise ModelLoadError(f"model '{cfg.name}': max_len {max_len} leaves no room for text", model=cfg.name)
         self.overlap = max(max_len // 4, 1) if self.window > max_len // 4 else self.window // 2
         self.threshold = cfg.threshold
-        self.max_rows = cfg.max_batch
-        self.max_tokens = model.max_tokens
         self.salt_source = "pii_hash_salt of the model" if cfg.pii_hash_salt else (
             "server.pii_hash_salt" if salt else "random per process (set pii_hash_salt for stable hashes)")
         chosen = cfg.pii_hash_salt or salt
@@ -279,10 +269,8 @@ class PiiPipeline(RowPipeline):
                 "threshold": self.threshold, "window_tokens": self.window, "window_overlap": self.overlap,
                 "recognizers": list(self.recognizers), "hash_salt": self.salt_source}
 
-    def reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        logits = out.astype(np.float32, copy=False)
-        e = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
+    def reduce(self, out: Array, mask: Array) -> Array:
+        return softmax(out.astype(np.float32, copy=False))
 
     def windows_of(self, n: int) -> list[tuple[int, int]]:
         return plan_windows(n, self.window, self.overlap)
@@ -290,7 +278,7 @@ class PiiPipeline(RowPipeline):
     def plan_probs(self, texts: Sequence[str], timing: Timing) -> tuple[Encoded, Any]:
         """Window rows of every text, and how their per-token rows stitch back to one row per token per text."""
         t0 = time.perf_counter()
-        encs = self.model.encoder.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        encs = self.encoder.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         plan: list[tuple[int, list[tuple[int, int]]]] = []
         ids, type_ids = [], []
         for enc in encs:
@@ -303,7 +291,7 @@ class PiiPipeline(RowPipeline):
         timing.tokenize_s += time.perf_counter() - t0
         p, q = len(self.prefix), len(self.suffix)
 
-        def per_text(rows: list) -> list[tuple[Any, np.ndarray]]:
+        def per_text(rows: list[Any]) -> list[tuple[Any, Array]]:
             out = []
             for enc, (first, wins) in zip(encs, plan, strict=True):
                 parts = [rows[first + k][p: len(rows[first + k]) - q] for k in range(len(wins))]
@@ -313,13 +301,7 @@ class PiiPipeline(RowPipeline):
 
         return Encoded(ids=ids, type_ids=type_ids), per_text
 
-    def token_probs(self, texts: Sequence[str], timing: Timing | None = None) -> list[tuple[Any, np.ndarray]]:
-        """Per text: (its encoding without special tokens, per-token label probabilities [n, labels])."""
-        timing = timing or Timing()
-        enc, per_text = self.plan_probs(texts, timing)
-        return self.run(self.work(enc, per_text, timing))
-
-    def _entities(self, texts: Sequence[str], per_text: list, threshold: float | None,
+    def _entities(self, texts: Sequence[str], per_text: list[tuple[Any, Array]], threshold: float | None,
                   types: Sequence[str] | None) -> list[list[Entity]]:
         thr = self.threshold if threshold is None else min(max(float(threshold), 0.0), 1.0)
         keep = set(types) if types is not None else None
@@ -333,7 +315,7 @@ class PiiPipeline(RowPipeline):
         return found
 
     def plan_detect(self, texts: Sequence[str], threshold: float | None = None,
-                    types: Sequence[str] | None = None) -> Work:
+                    types: Sequence[str] | None = None) -> Work[Detection]:
         timing = Timing()
         enc, per_text = self.plan_probs(texts, timing)
         return self.work(enc, lambda rows: Detection(self._entities(texts, per_text(rows), threshold, types),
@@ -341,13 +323,13 @@ class PiiPipeline(RowPipeline):
 
     def plan_redact(self, texts: Sequence[str], *, mode: str = "mask", mask_char: str = "*",
                     replacement: str | None = None, threshold: float | None = None,
-                    types: Sequence[str] | None = None, salt: bytes | None = None) -> Work:
+                    types: Sequence[str] | None = None, salt: bytes | None = None) -> Work[Redaction]:
         redact("", [], mode, mask_char)  # validate the options before any work
         key = self.salt if salt is None else salt
         timing = Timing()
         enc, per_text = self.plan_probs(texts, timing)
 
-        def finish(rows: list) -> Redaction:
+        def finish(rows: list[Any]) -> Redaction:
             det = Detection(self._entities(texts, per_text(rows), threshold, types), timing)
             return Redaction([redact(t, ents, mode, mask_char, replacement, key)
                               for t, ents in zip(texts, det.entities, strict=True)], det)

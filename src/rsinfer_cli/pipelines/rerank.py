@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.inputs import Encoded
-from ..engine.model import Timing
+from ..config import ServerConfig
+from ..engine.model import LoadedModel
 from ..errors import InferenceError, ModelLoadError, TokenizeError
-from .base import LOGIT_OUTPUTS, RowPipeline, Timed, Work, last_token_index, pick_output, stack
+from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, last_token_index, pick_output, sigmoid, stack
+from .text import Encoded, TextPipeline
 
 ALLOWED = {
     "one": ("sigmoid", "logit"),
@@ -27,22 +28,21 @@ ALLOWED = {
 AUTO = {"one": "sigmoid", "two": "softmax", "vocab": "yes_no"}
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 @dataclass
 class ScoreResult(Timed):
-    scores: np.ndarray     # float64, one per pair, in input order
+    scores: Array          # float64, one per pair, in input order
     timing: Timing
 
 
-class RerankPipeline(RowPipeline):
-    def __init__(self, model: Any) -> None:
-        self.model = model
+class RerankPipeline(TextPipeline):
+    kind = "rerank"
+
+    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
+        super().__init__(model, server)
         cfg = model.config
         self.output = pick_output(model, LOGIT_OUTPUTS)
-        shape = model.graph.output(self.output).shape
+        self.shape = self.output_shape(self.output)
+        shape = self.shape
         if len(shape) == 2 and shape[-1] in (1, 2):
             self.layout = "one" if shape[-1] == 1 else "two"
         elif len(shape) == 3:
@@ -58,12 +58,10 @@ class RerankPipeline(RowPipeline):
         self.yes_no: tuple[int, int] | None = None
         if self.layout == "vocab":
             self.yes_no = (self._single_token(cfg.name, "no"), self._single_token(cfg.name, "yes"))
-        self.max_rows = cfg.max_batch
-        self.max_tokens = model.max_tokens
 
     def _single_token(self, name: str, word: str) -> int:
-        tok = self.model.encoder.tokenizer
-        ids = tok.encode(word, add_special_tokens=False).ids
+        tok = self.encoder.tokenizer
+        ids: list[int] = tok.encode(word, add_special_tokens=False).ids
         if len(ids) != 1:
             raise ModelLoadError(f"model '{name}': yes/no scoring needs '{word}' to be a single token, but the "
                                  f"tokenizer splits it into {len(ids)} tokens {ids}", model=name)
@@ -82,8 +80,8 @@ class RerankPipeline(RowPipeline):
         }.get((self.layout, mode), "softmax([logit(no), logit(yes)])[1] at the last token")
 
     def describe(self) -> dict[str, Any]:
-        shape = list(self.model.graph.output(self.output).shape)
-        info = {"kind": "rerank", "output": self.output, "output_shape": shape, "scoring": self.scoring,
+        info: dict[str, Any] = {"kind": "rerank", "output": self.output, "output_shape": list(self.shape),
+                                "scoring": self.scoring,
                 "rule": self.rule()}
         if self.yes_no:
             info["yes_no_token_ids"] = {"no": self.yes_no[0], "yes": self.yes_no[1]}
@@ -91,24 +89,25 @@ class RerankPipeline(RowPipeline):
 
     # ------------------------------------------------------------ rows
 
-    def reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def reduce(self, out: Array, mask: Array) -> Array:
         if self.layout == "vocab":
             assert self.yes_no is not None
             last = out[np.arange(out.shape[0]), last_token_index(mask)]
-            return last[:, list(self.yes_no)].astype(np.float64)  # [n, 2] = [no, yes]
+            pair: Array = last[:, list(self.yes_no)].astype(np.float64)  # [n, 2] = [no, yes]
+            return pair
         return np.asarray(out, dtype=np.float64).reshape(out.shape[0], -1)
 
-    def _scores(self, logits: np.ndarray, raw: bool) -> np.ndarray:
+    def _scores(self, logits: Array, raw: bool) -> Array:
         mode = "logit" if raw else self.scoring
         if self.layout == "one":
             return logits[:, 0] if mode == "logit" else sigmoid(logits[:, 0])
-        diff = logits[:, 1] - logits[:, 0]
+        diff: Array = logits[:, 1] - logits[:, 0]
         return diff if mode == "logit" else sigmoid(diff)  # softmax over two = sigmoid of the difference
 
     def encode_pairs(self, queries: Sequence[str], docs: Sequence[str], truncate: bool | None = None,
                      direction: str = "right", param: str = "documents") -> Encoded:
         """Pair-template encoding; over max_len the document is cut, not the query, while the query fits."""
-        enc = self.model.encoder
+        enc = self.encoder
         try:
             return enc.encode(queries, docs, strategy="only_second", direction=direction, truncate=truncate,
                               param=param)
@@ -119,20 +118,21 @@ class RerankPipeline(RowPipeline):
 
     def cut_documents(self, docs: Sequence[str], max_tokens: int) -> list[str]:
         """Each document held to `max_tokens` tokens (Cohere's max_tokens_per_doc), cut at a token boundary."""
-        tok = self.model.encoder.tokenizer
+        tok = self.encoder.tokenizer
         out = []
         for doc, e in zip(docs, tok.encode_batch(list(docs), add_special_tokens=False), strict=True):
             out.append(doc[: e.offsets[max_tokens - 1][1]] if len(e.ids) > max_tokens else doc)
         return out
 
     def plan_pairs(self, queries: Sequence[str], docs: Sequence[str], *, raw: bool = False,
-                   truncate: bool | None = None, direction: str = "right", param: str = "documents") -> Work:
+                   truncate: bool | None = None, direction: str = "right",
+                   param: str = "documents") -> Work[ScoreResult]:
         timing = Timing()
         t0 = time.perf_counter()
         enc = self.encode_pairs(queries, docs, truncate, direction, param)
         timing.tokenize_s = time.perf_counter() - t0
 
-        def finish(rows: list) -> ScoreResult:
+        def finish(rows: list[Any]) -> ScoreResult:
             scores = self._scores(stack(rows, 2), raw) if rows else np.empty((0,))
             if not np.all(np.isfinite(scores)):
                 raise InferenceError(f"model '{self.model.name}' produced a non-finite score", model=self.model.name)
@@ -141,19 +141,16 @@ class RerankPipeline(RowPipeline):
         return self.work(enc, finish, timing)
 
     def plan_rerank(self, query: str, docs: Sequence[str], *, raw: bool = False, truncate: bool | None = None,
-                    direction: str = "right", max_tokens_per_doc: int | None = None) -> Work:
+                    direction: str = "right", max_tokens_per_doc: int | None = None) -> Work[ScoreResult]:
         if max_tokens_per_doc is not None:
             docs = self.cut_documents(docs, max_tokens_per_doc)
         return self.plan_pairs([query] * len(docs), docs, raw=raw, truncate=truncate, direction=direction)
-
-    def score_pairs(self, queries: Sequence[str], docs: Sequence[str], **kw: Any) -> ScoreResult:
-        return self.run(self.plan_pairs(queries, docs, **kw))
 
     def rerank(self, query: str, docs: Sequence[str], **kw: Any) -> ScoreResult:
         return self.run(self.plan_rerank(query, docs, **kw))
 
 
-def ranked(scores: np.ndarray, top_n: int | None = None) -> list[int]:
+def ranked(scores: Array, top_n: int | None = None) -> list[int]:
     """Indices by score, highest first, ties in input order; at most top_n."""
     order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
     return order if top_n is None else order[:top_n]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import hmac
 import logging
 import os
@@ -14,22 +13,21 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
+from .. import families
 from ..config import Config
-from ..engine.batcher import Batcher
 from ..engine.registry import Registry
+from ..engine.scheduler import Scheduler
 from ..errors import ConfigError
 from ..pipelines import build_pipeline
-from .admission import Gate
 from .errors import RequestTimeout, Unauthorized, response_for, status_for
 from .metrics import Metrics, QueueCollector
-from .routes import classify, embeddings, ops, pii, rerank
+from .routes import ops
 from .state import STATE, ServerState
 
 access_log = logging.getLogger("rsinfer.access")
 log = logging.getLogger("rsinfer.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_ROUTES = frozenset({"/health"})
-SERVED_KINDS = ("embedding", "rerank", "pii", "zeroshot")
 
 
 def route_label(request: web.Request) -> str:
@@ -106,45 +104,44 @@ def guard(config: Config) -> Callable:
 
 def check_served(config: Config) -> None:
     """Refuse, before any model is loaded, a config with a kind the daemon has no routes for."""
-    unserved = [(i, m) for i, m in enumerate(config.models) if m.kind not in SERVED_KINDS]
+    served = families.served_kinds()
+    unserved = [(i, m) for i, m in enumerate(config.models) if m.kind not in served]
     if unserved:
         names = ", ".join(f"models[{i}] '{m.name}' ({m.kind})" for i, m in unserved)
-        raise ConfigError(f"{config.file}: `rsinfer serve` has routes for kinds {', '.join(SERVED_KINDS)}; "
+        raise ConfigError(f"{config.file}: `rsinfer serve` has routes for kinds {', '.join(served)}; "
                           f"remove or comment out {names}")
 
 
 def create_app(config: Config, registry: Registry, metrics: Metrics | None = None) -> web.Application:
     check_served(config)
-    slots = sum(m.pool.size for m in registry.models.values())
     app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
                           middlewares=[observe, errors, guard(config)])
     metrics = metrics or Metrics()
-    wait_s = config.server.queue_timeout_ms / 1000
-    pipelines = {name: build_pipeline(m, config.server) for name, m in registry.models.items()}
-    gates = {name: Gate(name, m.pool.size, config.server.max_queue, wait_s) for name, m in registry.models.items()}
-    # a batched and a direct forward may overlap on one model; the session pool serialises them
-    infer = ThreadPoolExecutor(max_workers=2 * slots, thread_name_prefix="infer")
+    replicas = sum(m.replicas for m in registry.models.values())
+    infer = ThreadPoolExecutor(max_workers=max(1, replicas), thread_name_prefix="infer")
     prep = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="prep")
-    batchers = {
-        name: Batcher(name, pipelines[name].forward, workers=m.pool.size, max_rows=m.config.batching.max_rows,
-                      max_tokens=m.max_tokens, queue_rows=m.config.batching.queue_rows,
-                      queue_timeout_s=wait_s, executor=infer, max_padding=m.max_padding,
-                      observe=functools.partial(metrics.observe_forward, name))
-        for name, m in registry.models.items() if m.config.batching.enabled
+    pipelines = {name: build_pipeline(m, config.server) for name, m in registry.models.items()}
+    schedulers = {
+        name: Scheduler(name, m.sessions, pipelines[name].forward, infer, batching=m.config.batching.enabled,
+                        max_rows=pipelines[name].max_rows, max_tokens=pipelines[name].max_tokens,
+                        max_padding=pipelines[name].max_padding, queue_rows=m.config.batching.queue_rows,
+                        max_queue=config.server.max_queue, queue_timeout_s=config.server.queue_timeout_ms / 1000,
+                        observer=metrics.observer(name))
+        for name, m in registry.models.items()
     }
-    state = ServerState(config=config, registry=registry, pipelines=pipelines, gates=gates, batchers=batchers,
-                        infer_executor=infer, prep_executor=prep, metrics=metrics)
+    state = ServerState(config=config, registry=registry, pipelines=pipelines, schedulers=schedulers,
+                        prep_executor=prep, infer_executor=infer, metrics=metrics)
     state.metrics.registry.register(QueueCollector(state.queue_stats))
     app[STATE] = state
-    for module in (ops, embeddings, rerank, pii, classify):
-        app.add_routes(module.routes)
+    app.add_routes(ops.routes)
+    for family in families.all_families():
+        if family.routes is not None:
+            app.add_routes(family.load("routes"))
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
-        for b in app[STATE].batchers.values():
-            b.start()
         yield
-        for b in app[STATE].batchers.values():
-            await b.stop()
+        for s in app[STATE].schedulers.values():
+            s.stop()
         app[STATE].infer_executor.shutdown(wait=True)
         app[STATE].prep_executor.shutdown(wait=True)
 

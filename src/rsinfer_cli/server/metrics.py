@@ -20,8 +20,7 @@ class QueueCollector:
         self.read = read
 
     def collect(self) -> Iterable[Any]:
-        waiting = GaugeMetricFamily("rsinfer_queue_depth", "Requests waiting for a session slot (direct path)",
-                                    labels=["model"])
+        waiting = GaugeMetricFamily("rsinfer_queue_depth", "Requests waiting for a replica", labels=["model"])
         rows = GaugeMetricFamily("rsinfer_queue_rows", "Rows queued for cross-request batching", labels=["model"])
         running = GaugeMetricFamily("rsinfer_forwards_running", "Forwards running now", labels=["model"])
         for model, w, q, r in self.read():
@@ -55,21 +54,32 @@ class Metrics:
         self.tokens = Counter("rsinfer_tokens", "Input tokens processed", ["model"], registry=r)
         self.truncated = Counter("rsinfer_truncated_inputs", "Inputs cut at max_len", ["model"], registry=r)
 
-    def observe_forward(self, model: str, rows: int, padded: int, seconds: float) -> None:
-        self.inference.labels(model).observe(seconds)
-        self.batch_rows.labels(model).observe(rows)
-        self.batch_tokens.labels(model).observe(padded)
+    def observer(self, model: str) -> ModelObserver:
+        """What a model's scheduler reports to: every forward and every request's wait, batched or not."""
+        return ModelObserver(self, model)
 
-    def observe_run(self, model: str, timing: Any, waited: float) -> None:
-        """Turn one request's timing record into metrics (forwards of the direct path are in it; the batcher
-        reports its own)."""
-        self.queue_wait.labels(model).observe(waited)
+    def observe_request(self, model: str, timing: Any) -> None:
+        """One answered request's usage and tokenize time."""
         self.tokenize.labels(model).observe(timing.tokenize_s)
-        for rows, padded, seconds in timing.forwards:
-            self.observe_forward(model, rows, padded, seconds)
         self.tokens.labels(model).inc(timing.tokens)
         if timing.truncated:
             self.truncated.labels(model).inc(timing.truncated)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ModelObserver:
+    def __init__(self, metrics: Metrics, model: str) -> None:
+        self._inference = metrics.inference.labels(model)
+        self._rows = metrics.batch_rows.labels(model)
+        self._tokens = metrics.batch_tokens.labels(model)
+        self._wait = metrics.queue_wait.labels(model)
+
+    def forward(self, rows: int, padded: int, seconds: float) -> None:
+        self._inference.observe(seconds)
+        self._rows.observe(rows)
+        self._tokens.observe(padded)
+
+    def waited(self, seconds: float) -> None:
+        self._wait.observe(seconds)

@@ -19,7 +19,9 @@ log = logging.getLogger("rsinfer.server")
 
 
 async def _serve(app: web.Application, host: str, port: int, drain_s: float) -> None:
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=drain_s)
+    # handler_cancellation: a client that leaves cancels its handler, and so its queued rows and forwards
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=drain_s,
+                           handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     try:

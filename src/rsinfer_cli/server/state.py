@@ -1,4 +1,4 @@
-"""What every handler reaches through the app: registry, pipelines, batchers, gates, executors, metrics."""
+"""What every handler reaches through the app: registry, pipelines, schedulers, the tokenizing pool, metrics."""
 
 from __future__ import annotations
 
@@ -13,56 +13,45 @@ from typing import Any
 from aiohttp import web
 
 from ..config import Config
-from ..engine.batcher import Batcher
+from ..engine.model import LoadedModel
 from ..engine.registry import Registry
-from .admission import Gate
+from ..engine.scheduler import Runner, Scheduler
+from ..pipelines.base import RowPipeline, Work
 from .metrics import Metrics
-
-INLINE_FINISH_ROWS = 16
 
 
 @dataclass
 class ServerState:
     config: Config
     registry: Registry
-    pipelines: dict[str, Any]
-    gates: dict[str, Gate]
-    batchers: dict[str, Batcher]
-    infer_executor: ThreadPoolExecutor      # forwards: at most one per replica at a time
-    prep_executor: ThreadPoolExecutor       # tokenization and post-processing
+    pipelines: dict[str, RowPipeline]
+    schedulers: dict[str, Scheduler]
+    prep_executor: ThreadPoolExecutor       # tokenizing for batched requests
+    infer_executor: ThreadPoolExecutor      # forwards: one thread per replica
     metrics: Metrics
     started: float = field(default_factory=time.time)
 
-    async def infer(self, model: Any, plan: Callable[..., Any], *args: Any, inline: bool = False,
-                    **kwargs: Any) -> Any:
-        """Tokenize off the loop (on it when `inline`: a tiny request, cheaper than the hand-off to a thread),
-        run the rows (batched across requests when the model batches and the request fits its queue, else alone
-        in max_batch slices under the admission gate), then build the answer."""
-        loop = asyncio.get_running_loop()
-        if inline:
-            work = plan(*args, **kwargs)
-        else:
+    async def infer(self, model: LoadedModel, plan: Callable[..., Work[Any]], *args: Any, **kwargs: Any) -> Any:
+        """plan(*args, **kwargs) → Work, its rows run, its answer built. Batching off: all of it in one thread hop
+        on a replica. Batching on: tokenized on the prep pool, then the rows go through the model's scheduler,
+        whose worker builds the answer after the request's last forward (two hops)."""
+        pipe = self.pipelines[model.name]
+        scheduler = self.schedulers[model.name]
+        if scheduler.batching:
+            loop = asyncio.get_running_loop()
             work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
-        batcher = self.batchers.get(model.name)
-        if batcher is not None and work.rows <= batcher.capacity:
-            outputs, waited = await batcher.submit(work.enc)
-            if work.rows <= INLINE_FINISH_ROWS and not self.pipelines[model.name].ragged:
-                result = work.finish(outputs)  # a few vectors: cheaper here than a thread hop
-            else:
-                result = await loop.run_in_executor(self.prep_executor, work.finish, outputs)
+            result = await scheduler.submit(work.rows, work.costs, work.finish)
         else:
-            pipe = self.pipelines[model.name]
-            result, waited = await self.gates[model.name].run(self.infer_executor, pipe.run, work)
-        self.metrics.observe_run(model.name, work.timing, waited)
+            def whole(runner: Runner) -> Any:
+                return pipe.run(plan(*args, **kwargs), runner)
+
+            result = await scheduler.run(whole)
+        self.metrics.observe_request(model.name, result.timing)
         return result
 
     def queue_stats(self) -> list[tuple[str, int, int, int]]:
-        """(model, requests waiting for a slot, rows queued for batching, forwards running)."""
-        out = []
-        for name, g in self.gates.items():
-            b = self.batchers.get(name)
-            out.append((name, g.waiting, b.queued if b else 0, g.running + (b.running if b else 0)))
-        return out
+        """(model, requests waiting, rows queued, forwards running)."""
+        return [(name, s.waiting, s.queued_rows, s.running) for name, s in self.schedulers.items()]
 
 
 STATE = web.AppKey("state", ServerState)

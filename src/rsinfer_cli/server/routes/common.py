@@ -5,30 +5,36 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
+from ...engine.model import LoadedModel
 from ...jsonio import dumps
+from ...pipelines.base import RowPipeline, Work
 from ..request import Body, json_body
 from ..state import STATE, ServerState
 
-INLINE_TOKENIZE_BYTES = 2048  # a body this small tokenizes faster on the loop than via a thread and back
+P = TypeVar("P", bound=RowPipeline)
+R = TypeVar("R")
 
 
 @dataclass
 class Call:
     state: ServerState
     body: Body
-    model: Any
-    small: bool
+    model: LoadedModel
 
-    @property
-    def pipe(self) -> Any:
-        return self.state.pipelines[self.model.name]
+    def pipeline(self, kind: type[P]) -> P:
+        """The model's pipeline, as the route's family expects it."""
+        pipe = self.state.pipelines[self.model.name]
+        if not isinstance(pipe, kind):
+            raise TypeError(f"model '{self.model.name}' has a {type(pipe).__name__}, not a {kind.__name__}")
+        return pipe
 
-    async def infer(self, plan: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await self.state.infer(self.model, plan, *args, inline=self.small, **kwargs)
+    async def infer(self, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
+        result: R = await self.state.infer(self.model, plan, *args, **kwargs)
+        return result
 
 
 async def begin(request: web.Request, kind: str, named: bool = True) -> Call:
@@ -37,8 +43,12 @@ async def begin(request: web.Request, kind: str, named: bool = True) -> Call:
     state = request.app[STATE]
     body = Body(await json_body(request))
     model = state.registry.get(body.str("model", None) if named else None, kind)
-    small = request.content_length is not None and request.content_length <= INLINE_TOKENIZE_BYTES
-    return Call(state, body, model, small)
+    return Call(state, body, model)
+
+
+def usage(tokens: int) -> dict[str, int]:
+    """OpenAI's `usage` object (prompt tokens only: nothing is generated)."""
+    return {"prompt_tokens": tokens, "total_tokens": tokens}
 
 
 def truncation_direction(body: Body) -> str:

@@ -4,27 +4,34 @@ Neither the texts nor the spans are ever logged."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from ...errors import InputError, PayloadTooLarge
+from ...pipelines.pii import PiiPipeline
 from ..request import Body
-from .common import begin, json_response
+from .common import Call, begin, json_response, usage
 
 routes = web.RouteTableDef()
-MAX_TEXTS = 1024
+BENCH = {route: (lambda texts: {"texts": texts}) for route in
+         ("/pii/detect", "/pii/redact", "/v1/pii/detect", "/v1/pii/redact")}
 
 
-def _texts(body: Body) -> tuple[list[str], bool]:
+def _texts(call: Call) -> tuple[list[str], bool]:
+    body = call.body
     text = body.str("text", None)
     texts = body.str_list("texts", None)
     if (text is None) == (not texts):
         raise InputError("provide exactly one of `text` or non-empty `texts`", param="text" if texts else "texts")
-    if texts and len(texts) > MAX_TEXTS:
-        raise PayloadTooLarge(f"`texts` has {len(texts)} items; at most {MAX_TEXTS} per request", param="texts")
+    limit = call.state.config.server.max_texts
+    if texts and len(texts) > limit:
+        raise PayloadTooLarge(f"`texts` has {len(texts)} items; at most {limit} per request (server.max_texts)",
+                              param="texts")
     return ([text], False) if text is not None else (texts, True)
 
 
-def _options(body: Body) -> dict:
+def _options(body: Body) -> dict[str, Any]:
     threshold = body.number("threshold", None)
     types = body.str_list("types", None)
     return {"threshold": threshold, "types": types}
@@ -35,16 +42,16 @@ def _options(body: Body) -> dict:
 async def detect(request: web.Request) -> web.Response:
     call = await begin(request, "pii")
     body, model = call.body, call.model
-    texts, many = _texts(body)
-    det = await call.infer(call.pipe.plan_detect, texts, **_options(body))
+    texts, many = _texts(call)
+    det = await call.infer(call.pipeline(PiiPipeline).plan_detect, texts, **_options(body))
     results = []
     for text, ents in zip(texts, det.entities, strict=True):
-        item: dict = {"entities": [e.to_json() for e in ents]}
+        item: dict[str, Any] = {"entities": [e.to_json() for e in ents]}
         if many:
             item["text"] = text
         results.append(item)
     return json_response({"object": "pii.detection", "model": model.name, "results": results,
-                          "usage": {"prompt_tokens": det.tokens, "total_tokens": det.tokens}})
+                          "usage": usage(det.tokens)})
 
 
 @routes.post("/pii/redact")
@@ -52,16 +59,16 @@ async def detect(request: web.Request) -> web.Response:
 async def redact(request: web.Request) -> web.Response:
     call = await begin(request, "pii")
     body, model = call.body, call.model
-    texts, _ = _texts(body)
+    texts, _ = _texts(call)
     mode = body.str("mode", "mask") or "mask"
     mask_char = body.str("mask_char", "*")
     replacement = body.str("replacement", None)
     if replacement is not None and "{type}" not in replacement:
         raise InputError("`replacement` must contain {type}, e.g. \"<{type}>\"", param="replacement")
-    res = await call.infer(call.pipe.plan_redact, texts, mode=mode, mask_char=mask_char,
+    res = await call.infer(call.pipeline(PiiPipeline).plan_redact, texts, mode=mode, mask_char=mask_char,
                            replacement=replacement, **_options(body))
     det = res.detection
     results = [{"text": r, "entities": [e.to_json() for e in ents]}
                for r, ents in zip(res.texts, det.entities, strict=True)]
     return json_response({"object": "pii.redaction", "model": model.name, "results": results,
-                          "usage": {"prompt_tokens": det.tokens, "total_tokens": det.tokens}})
+                          "usage": usage(det.tokens)})

@@ -10,12 +10,20 @@ from typing import Any
 from aiohttp import web
 
 from ...errors import InputError, PayloadTooLarge
-from ...pipelines.rerank import ranked
+from ...pipelines.rerank import RerankPipeline, ScoreResult, ranked
 from ..errors import RequestValidationError
 from ..request import Body
-from .common import Call, begin, json_response, truncation_direction, truncation_headers
+from .common import Call, begin, json_response, truncation_direction, truncation_headers, usage
 
 routes = web.RouteTableDef()
+QUERY = "where is my refund"
+BENCH = {
+    "/v1/rerank": lambda texts: {"query": QUERY, "documents": texts},
+    "/rerank": lambda texts: {"query": QUERY, "documents": texts},
+    "/v2/rerank": lambda texts: {"query": QUERY, "documents": texts},
+    "/v1/score": lambda texts: {"text_1": QUERY, "text_2": texts},
+    "/score": lambda texts: {"text_1": QUERY, "text_2": texts},
+}
 
 
 def _documents(body: Body, key: str, max_docs: int) -> tuple[list[str], list[Any]]:
@@ -63,9 +71,9 @@ def _echo(doc: Any) -> Any:
 
 
 async def _score(call: Call, texts: list[str], *, raw: bool = False, max_tokens_per_doc: int | None = None,
-                 direction: str = "right") -> Any:
+                 direction: str = "right") -> ScoreResult:
     body = call.body
-    return await call.infer(call.pipe.plan_rerank, body.str("query"), texts, raw=raw,
+    return await call.infer(call.pipeline(RerankPipeline).plan_rerank, body.str("query"), texts, raw=raw,
                             truncate=body.bool("truncate", None), direction=direction,
                             max_tokens_per_doc=max_tokens_per_doc)
 
@@ -89,8 +97,8 @@ async def rerank(request: web.Request) -> web.Response:
             item["document"] = _echo(docs[i])
         item["relevance_score"] = float(result.scores[i])
         results.append(item)
-    usage = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
-    return json_response({"id": str(uuid.uuid4()), "model": model.name, "results": results, "usage": usage},
+    return json_response({"id": str(uuid.uuid4()), "model": model.name, "results": results,
+                          "usage": usage(result.tokens)},
                          truncation_headers(result.truncated))
 
 
@@ -156,10 +164,10 @@ async def vllm_score(request: web.Request) -> web.Response:
         raise InputError(f"input lengths must be 1:1, 1:N or N:N; got {len(lefts)}:{len(rights)}", param=right_key)
     if len(rights) > limit:
         raise PayloadTooLarge(f"`{right_key}` has {len(rights)} texts; at most {limit} per request", param=right_key)
-    result = await call.infer(call.pipe.plan_pairs, lefts, rights, truncate=body.bool("truncate", None),
-                              param=right_key)
+    result = await call.infer(call.pipeline(RerankPipeline).plan_pairs, lefts, rights,
+                              truncate=body.bool("truncate", None), param=right_key)
     data = [{"index": i, "object": "score", "score": float(s)} for i, s in enumerate(result.scores)]
     return json_response({"id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
                           "model": model.name, "data": data,
-                          "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens}},
+                          "usage": usage(result.tokens)},
                          truncation_headers(result.truncated))

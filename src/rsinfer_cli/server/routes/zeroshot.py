@@ -5,22 +5,29 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...errors import InputError, PayloadTooLarge
-from ...pipelines.nli import assertion_for
-from ..request import Body
-from .common import begin, json_response
+from ...pipelines.zeroshot import ZeroShotPipeline, assertion_for
+from .common import Call, begin, json_response, usage
 
 routes = web.RouteTableDef()
-MAX_TEXTS = 1024
+LABELS = ["billing", "shipping", "refund", "other"]
+BENCH = {
+    "/classify/zero-shot": lambda texts: {"input": texts, "candidate_labels": LABELS},
+    "/v1/classify/zero-shot": lambda texts: {"input": texts, "candidate_labels": LABELS},
+    "/classify/true-false": lambda texts: {"input": texts, "assertion": "This is about a refund."},
+    "/v1/classify/true-false": lambda texts: {"input": texts, "assertion": "This is about a refund."},
+}
 
 
-def _input(body: Body) -> tuple[list[str], bool]:
-    value = body.str_list("input", allow_str=True)
+def _input(call: Call) -> tuple[list[str], bool]:
+    value = call.body.str_list("input", allow_str=True)
     if isinstance(value, str):
         return [value], True
     if not value:
         raise InputError("`input` is empty", param="input")
-    if len(value) > MAX_TEXTS:
-        raise PayloadTooLarge(f"`input` has {len(value)} texts; at most {MAX_TEXTS} per request", param="input")
+    limit = call.state.config.server.max_texts
+    if len(value) > limit:
+        raise PayloadTooLarge(f"`input` has {len(value)} texts; at most {limit} per request (server.max_texts)",
+                              param="input")
     return value, False
 
 
@@ -29,7 +36,7 @@ def _input(body: Body) -> tuple[list[str], bool]:
 async def zero_shot(request: web.Request) -> web.Response:
     call = await begin(request, "zeroshot")
     state, body, model = call.state, call.body, call.model
-    texts, single = _input(body)
+    texts, single = _input(call)
     labels = body.str_list("candidate_labels")
     if not labels:
         raise InputError("`candidate_labels` is empty", param="candidate_labels")
@@ -46,16 +53,15 @@ async def zero_shot(request: web.Request) -> web.Response:
     if template is not None and "{label}" not in template and "{}" not in template:
         raise InputError("`hypothesis_template` must contain {label} or {}, e.g. \"This text is about {label}.\"",
                          param="hypothesis_template")
-    res = await call.infer(call.pipe.plan_classify, texts, labels, body.bool("multi_label", False), template,
-                          body.bool("truncate", None))
-    usage = {"prompt_tokens": res.tokens, "total_tokens": res.tokens}
+    res = await call.infer(call.pipeline(ZeroShotPipeline).plan_classify, texts, labels,
+                           body.bool("multi_label", False), template, body.bool("truncate", None))
     if single:
         (r,) = res.results
         return json_response({"object": "classification", "model": model.name, "labels": r.labels,
-                              "scores": r.scores, "usage": usage})
+                              "scores": r.scores, "usage": usage(res.tokens)})
     return json_response({"object": "classification.list", "model": model.name,
                           "results": [{"labels": r.labels, "scores": r.scores} for r in res.results],
-                          "usage": usage})
+                          "usage": usage(res.tokens)})
 
 
 @routes.post("/classify/true-false")
@@ -63,13 +69,13 @@ async def zero_shot(request: web.Request) -> web.Response:
 async def true_false(request: web.Request) -> web.Response:
     call = await begin(request, "zeroshot")
     body, model = call.body, call.model
-    texts, single = _input(body)
+    texts, single = _input(call)
     assertion = assertion_for(body.str("question", None), body.str("assertion", None))
     threshold = body.number("threshold", 0.5)
-    res = await call.infer(call.pipe.plan_true_false, texts, assertion, threshold, body.bool("truncate", None))
-    usage = {"prompt_tokens": res.tokens, "total_tokens": res.tokens}
+    tf = await call.infer(call.pipeline(ZeroShotPipeline).plan_true_false, texts, assertion, threshold,
+                          body.bool("truncate", None))
     if single:
         return json_response({"object": "classification.true_false", "model": model.name,
-                              **res.results[0].to_json(), "usage": usage})
+                              **tf.results[0].to_json(), "usage": usage(tf.tokens)})
     return json_response({"object": "classification.true_false.list", "model": model.name,
-                          "results": [r.to_json() for r in res.results], "usage": usage})
+                          "results": [r.to_json() for r in tf.results], "usage": usage(tf.tokens)})

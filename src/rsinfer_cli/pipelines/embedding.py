@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.inputs import Encoded
-from ..engine.model import Timing
+from ..config import ServerConfig
+from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
-from .base import RowPipeline, Timed, Work, stack
+from .base import Array, Timed, Timing, Work, last_token_index, stack
+from .text import Encoded, TextPipeline
 
 OUTPUT_ORDER = ("sentence_embedding", "_pooler_output", "pooler_output", "last_hidden_state",
                 "token_embeddings", "output0")
@@ -33,35 +34,40 @@ def pooling_from_config(pooling_cfg: dict[str, Any]) -> tuple[str, str]:
     return "mean", "1_Pooling/config.json sets no mode: masked mean"
 
 
-def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
+def pool(hidden: Array, mask: Array, mode: str) -> Array:
     """[B,T,D] → [B,D] by cls, masked mean, or each row's last real token (right padding)."""
     if mode == "cls":
-        return hidden[:, 0]
-    if mode == "last":
-        last = np.maximum(mask.sum(axis=1) - 1, 0)
-        return hidden[np.arange(hidden.shape[0]), last]
-    m = mask[:, :, None].astype(hidden.dtype)
-    return (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
+        out: Array = hidden[:, 0]
+    elif mode == "last":
+        out = hidden[np.arange(hidden.shape[0]), last_token_index(mask)]
+    else:
+        m = mask[:, :, None].astype(hidden.dtype)
+        out = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
+    return out
 
 
-def l2_normalize(v: np.ndarray) -> np.ndarray:
+def l2_normalize(v: Array) -> Array:
     norms = np.linalg.norm(v, axis=1, keepdims=True)
-    return v / np.where(norms == 0, 1.0, norms)
+    out: Array = v / np.where(norms == 0, 1.0, norms)
+    return out
 
 
 @dataclass
 class EmbedResult(Timed):
-    vectors: np.ndarray      # [n, d] float32, in input order
+    vectors: Array           # [n, d] float32, in input order
     timing: Timing           # tokens (usage), truncated rows, stage times
 
 
-class EmbeddingPipeline(RowPipeline):
-    def __init__(self, model: Any) -> None:
-        self.model = model
+class EmbeddingPipeline(TextPipeline):
+    kind = "embedding"
+
+    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
+        super().__init__(model, server)
         cfg = model.config
         names = [o.name for o in model.graph.outputs]
         self.output = next((n for n in OUTPUT_ORDER if n in names), names[0])
         info = model.graph.output(self.output)
+        assert info is not None
         self.pooled_in_graph = len(info.shape) == 2
         if len(info.shape) not in (2, 3):
             raise ModelLoadError(f"model '{cfg.name}': embedding output '{self.output}' has shape "
@@ -74,29 +80,29 @@ class EmbeddingPipeline(RowPipeline):
             self.pooling_reason = f"output '{self.output}' is already pooled"
         d = info.shape[-1]
         self.native_dim = d if isinstance(d, int) else None
-        self.dim = min(cfg.dimensions, d) if cfg.dimensions and isinstance(d, int) else (cfg.dimensions or d)
+        self.dim: int | None = min(cfg.dimensions, d) if cfg.dimensions and isinstance(d, int) else (
+            cfg.dimensions or self.native_dim)
         self.normalize = cfg.normalize
-        self.max_rows = cfg.max_batch
-        self.max_tokens = model.max_tokens
-        self.vocab_size = model.encoder.tokenizer.get_vocab_size(with_added_tokens=True)
+        self.vocab_size: int = self.encoder.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "embedding", "output": self.output,
                 "pooling": None if self.pooled_in_graph else self.pooling, "pooling_reason": self.pooling_reason,
-                "dimensions": self.dim if isinstance(self.dim, int) else None, "normalize": self.normalize}
+                "dimensions": self.dim, "normalize": self.normalize}
 
     # ------------------------------------------------------------ rows
 
     def encode(self, texts: Sequence[str], truncate: bool | None = None, direction: str = "right",
                param: str = "input") -> Encoded:
-        return self.model.encoder.encode(texts, truncate=truncate, direction=direction, param=param)
+        return self.encoder.encode(texts, truncate=truncate, direction=direction, param=param)
 
     def encode_ids(self, rows: Sequence[Sequence[int]], truncate: bool | None = None,
                    param: str = "input") -> Encoded:
         """Token-id input: ids used verbatim, checked against the vocabulary, held to max_len."""
         max_len = self.model.max_len
         allow_cut = self.model.config.truncate if truncate is None else truncate
-        out, cut = [], 0
+        out: list[list[int]] = []
+        cut = 0
         for i, row in enumerate(rows):
             bad = next((t for t in row if not 0 <= t < self.vocab_size), None)
             if bad is not None:
@@ -112,19 +118,18 @@ class EmbeddingPipeline(RowPipeline):
             out.append(list(row))
         return Encoded(ids=out, type_ids=[[0] * len(r) for r in out], truncated=cut)
 
-    def reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def reduce(self, out: Array, mask: Array) -> Array:
         """One forward's output → pooled [n, D] float32 (before normalisation)."""
         out = np.asarray(out, dtype=np.float32)
         return out if self.pooled_in_graph else pool(out, mask, self.pooling)
 
     def check_dimensions(self, dimensions: int | None) -> None:
         """A request's `dimensions` must be 1..the model's output size (checked before any work)."""
-        if dimensions is not None and not 0 < dimensions <= (self.dim if isinstance(self.dim, int) else 1 << 30):
+        if dimensions is not None and not 0 < dimensions <= (self.dim or 1 << 30):
             raise InputError(f"`dimensions` must be between 1 and {self.dim} for model '{self.model.name}', "
                              f"got {dimensions}", param="dimensions")
 
-    def postprocess(self, vectors: np.ndarray, dimensions: int | None = None,
-                    normalize: bool | None = None) -> np.ndarray:
+    def postprocess(self, vectors: Array, dimensions: int | None = None, normalize: bool | None = None) -> Array:
         """Model `dimensions` → L2 normalise (model setting unless the request says) → request `dimensions`."""
         cfg_dim = self.model.config.dimensions
         if cfg_dim and cfg_dim < vectors.shape[1]:
@@ -141,7 +146,7 @@ class EmbeddingPipeline(RowPipeline):
 
     def plan(self, texts: Sequence[str] | None = None, ids: Sequence[Sequence[int]] | None = None, *,
              dimensions: int | None = None, normalize: bool | None = None, truncate: bool | None = None,
-             direction: str = "right", param: str = "input") -> Work:
+             direction: str = "right", param: str = "input") -> Work[EmbedResult]:
         """Texts (or token-id rows) → rows, and how pooled rows become vectors in input order."""
         self.check_dimensions(dimensions)
         timing = Timing()
@@ -153,7 +158,7 @@ class EmbeddingPipeline(RowPipeline):
         timing.tokenize_s = time.perf_counter() - t0
         width = self.native_dim or 0
 
-        def finish(pooled: list) -> EmbedResult:
+        def finish(pooled: list[Any]) -> EmbedResult:
             return EmbedResult(self.postprocess(stack(pooled, width).astype(np.float32), dimensions, normalize),
                                timing)
 

@@ -36,7 +36,8 @@ def embed_cmd(
     normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="L2-normalise the vectors."),
     truncate: bool = typer.Option(None, "--truncate/--no-truncate",
                                   help="Cut texts over max_len (default: the model's `truncate`)."),
-    batch_size: int = typer.Option(None, "--batch-size", help="Rows per forward (default: the model's max_batch)."),
+    batch_size: int = typer.Option(None, "--batch-size",
+                                   help="Rows per forward (default: the model's batching.max_rows)."),
 ) -> None:
     import sys
 
@@ -49,7 +50,7 @@ def embed_cmd(
     records = read_records(texts, input_, fmt, field)
     first = next(records, None)  # validate the input before loading the model
     pipe = load_pipeline("embedding", name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
-                         max_batch=batch_size)
+                         max_rows=batch_size)
     pipe.check_dimensions(dimensions)
     writer = None
     stream = (r for r in ([first] if first else []))

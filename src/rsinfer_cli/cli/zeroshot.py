@@ -30,7 +30,8 @@ def classify_cmd(
     fmt: str = FORMAT_OPT,
     field: str = FIELD_OPT,
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
-    batch_size: int = typer.Option(None, "--batch-size", help="Pairs per forward (default: the model's max_batch)."),
+    batch_size: int = typer.Option(None, "--batch-size",
+                                   help="Pairs per forward (default: the model's batching.max_rows)."),
     model: str = MODEL_OPT,
     config: Path = CONFIG_OPT,
     path: Path = PATH_OPT,
@@ -41,7 +42,7 @@ def classify_cmd(
     import sys
 
     from ..errors import ConfigError, InputError
-    from ..pipelines.nli import assertion_for
+    from ..pipelines.zeroshot import assertion_for
     from .common import load_pipeline
     from .io import chunks, read_records, write_jsonl
 
@@ -60,7 +61,7 @@ def classify_cmd(
     records = read_records(texts, input_, fmt, field)
     first = next(records, None)
     pipe = load_pipeline("zeroshot", name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
-                         max_batch=batch_size)
+                         max_rows=batch_size)
     rows = []
 
     def all_records():

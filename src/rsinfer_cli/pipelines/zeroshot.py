@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.model import Timing
+from ..config import ServerConfig
+from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError, TokenizeError
-from .base import LOGIT_OUTPUTS, RowPipeline, Timed, Work, pick_output, stack
+from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, sigmoid, softmax, stack
+from .text import Encoded, TextPipeline
 
 AUXILIARIES = frozenset("is are was were do does did can could will would should may might must has have had".split())
 
@@ -42,15 +44,6 @@ def invert_question(question: str) -> str | None:
 
 def hypothesis(template: str, label: str) -> str:
     return template.replace("{label}", label).replace("{}", label)
-
-
-def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
 
 
 def find_label(labels: Sequence[str], wanted: str) -> int | None:
@@ -95,18 +88,13 @@ class TrueFalseResult(Timed):
     timing: Timing
 
 
-class NliPipeline(RowPipeline):
-    def __init__(self, model: Any) -> None:
-        self.model = model
+class ZeroShotPipeline(TextPipeline):
+    kind = "zeroshot"
+
+    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
+        super().__init__(model, server)
         cfg = model.config
-        id2label = model.hf_config.get("id2label")
-        if not isinstance(id2label, dict) or not id2label:
-            raise ModelLoadError(f"model '{cfg.name}': config.json must contain id2label for a zeroshot model",
-                                 model=cfg.name)
-        labels = [""] * (max(int(k) for k in id2label) + 1)
-        for k, v in id2label.items():
-            labels[int(k)] = str(v)
-        self.labels = labels
+        labels = self.labels = id2label(model)
         ent, con = find_label(labels, cfg.entailment_label), find_label(labels, cfg.contradiction_label)
         if ent is None or con is None or ent == con:
             missing = cfg.entailment_label if ent is None else cfg.contradiction_label
@@ -114,14 +102,12 @@ class NliPipeline(RowPipeline):
                                  f"{labels}; set entailment_label / contradiction_label", model=cfg.name)
         self.entail, self.contra = ent, con
         self.output = pick_output(model, LOGIT_OUTPUTS)
-        shape = model.graph.output(self.output).shape
+        shape = self.output_shape(self.output)
         if len(shape) != 2 or (isinstance(shape[-1], int) and shape[-1] != len(labels)):
             raise ModelLoadError(f"model '{cfg.name}': NLI output '{self.output}' has shape {list(shape)}; expected "
                                  f"[batch, {len(labels)}] for the labels {labels}", model=cfg.name)
         self.template = cfg.hypothesis_template
         self.scoring = cfg.zeroshot_scoring
-        self.max_rows = cfg.max_batch
-        self.max_tokens = model.max_tokens
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "zeroshot", "output": self.output, "labels": self.labels,
@@ -129,14 +115,15 @@ class NliPipeline(RowPipeline):
                 "contradiction": {"index": self.contra, "label": self.labels[self.contra]},
                 "hypothesis_template": self.template, "zeroshot_scoring": self.scoring}
 
-    def reduce(self, out: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return np.asarray(out, dtype=np.float64)[:, [self.contra, self.entail]]
+    def reduce(self, out: Array, mask: Array) -> Array:
+        pair: Array = np.asarray(out, dtype=np.float64)[:, [self.contra, self.entail]]
+        return pair
 
     def encode_pairs(self, premises: Sequence[str], hypotheses: Sequence[str], timing: Timing,
-                     truncate: bool | None = None, param: str = "input") -> Any:
+                     truncate: bool | None = None, param: str = "input") -> Encoded:
         """Pair rows; over max_len the premise is cut, never the hypothesis (while the hypothesis fits)."""
         t0 = time.perf_counter()
-        enc = self.model.encoder
+        enc = self.encoder
         try:
             rows = enc.encode(premises, hypotheses, strategy="only_first", truncate=truncate, param=param)
         except TokenizeError:  # a hypothesis alone fills max_len: cut the longest side instead
@@ -144,22 +131,15 @@ class NliPipeline(RowPipeline):
         timing.tokenize_s += time.perf_counter() - t0
         return rows
 
-    def pair_logits(self, premises: Sequence[str], hypotheses: Sequence[str], timing: Timing,
-                    truncate: bool | None = None) -> np.ndarray:
-        """[n, 2] = [contradiction, entailment] logits of (premise, hypothesis) pairs."""
-        work = self.work(self.encode_pairs(premises, hypotheses, timing, truncate), lambda rows: stack(rows, 2),
-                         timing)
-        return self.run(work)
-
     def plan_classify(self, texts: Sequence[str], labels: Sequence[str], multi_label: bool = False,
-                      template: str | None = None, truncate: bool | None = None) -> Work:
+                      template: str | None = None, truncate: bool | None = None) -> Work[ZeroShotResult]:
         template = template or self.template
         hyps = [hypothesis(template, label) for label in labels]
         timing = Timing()
         n, k = len(texts), len(labels)
         enc = self.encode_pairs([t for t in texts for _ in labels], hyps * n, timing, truncate)
 
-        def finish(rows: list) -> ZeroShotResult:
+        def finish(rows: list[Any]) -> ZeroShotResult:
             logits = stack(rows, 2).reshape(n, k, 2)
             contra, entail = logits[..., 0], logits[..., 1]
             if self.scoring == "nli_margin":
@@ -178,12 +158,12 @@ class NliPipeline(RowPipeline):
         return self.work(enc, finish, timing)
 
     def plan_true_false(self, texts: Sequence[str], assertion: str, threshold: float = 0.5,
-                        truncate: bool | None = None) -> Work:
+                        truncate: bool | None = None) -> Work[TrueFalseResult]:
         timing = Timing()
         enc = self.encode_pairs(list(texts), [assertion] * len(texts), timing, truncate)
         thr = min(max(threshold, 0.0), 1.0)
 
-        def finish(rows: list) -> TrueFalseResult:
+        def finish(rows: list[Any]) -> TrueFalseResult:
             probs = softmax(stack(rows, 2), axis=-1)[:, 1] if rows else np.empty((0,))
             return TrueFalseResult([TrueFalse(assertion, float(p), bool(p >= thr)) for p in probs], timing)
 

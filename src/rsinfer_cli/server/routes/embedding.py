@@ -9,28 +9,31 @@ import numpy as np
 from aiohttp import web
 
 from ...errors import InputError, PayloadTooLarge
-from ..request import Body, text_or_token_input
-from .common import begin, json_response, truncation_direction, truncation_headers
+from ...pipelines.embedding import EmbeddingPipeline
+from ..request import text_or_token_input
+from .common import Call, begin, json_response, truncation_direction, truncation_headers, usage
 
 routes = web.RouteTableDef()
-MAX_INPUTS = 2048  # per request, as OpenAI documents
+# `rsinfer bench --url`: a request body for each route, from texts
+BENCH = {"/v1/embeddings": lambda texts: {"input": texts}, "/embed": lambda texts: {"inputs": texts}}
 
 
-def _inputs(body: Body, key: str) -> tuple[list[str] | None, list[list[int]] | None, bool]:
-    texts, ids, single = text_or_token_input(body.data.get(key), key)
+def _inputs(call: Call, key: str) -> tuple[list[str] | None, list[list[int]] | None, bool]:
+    texts, ids, single = text_or_token_input(call.body.data.get(key), key)
     n = len(texts if texts is not None else ids or [])
-    if n > MAX_INPUTS:
-        raise PayloadTooLarge(f"`{key}` has {n} items; at most {MAX_INPUTS} per request", param=key)
+    limit = call.state.config.server.max_texts
+    if n > limit:
+        raise PayloadTooLarge(f"`{key}` has {n} items; at most {limit} per request (server.max_texts)", param=key)
     return texts, ids, single
 
 
 @routes.post("/v1/embeddings")
 async def openai_embeddings(request: web.Request) -> web.Response:
     call = await begin(request, "embedding")
-    body, model, pipe = call.body, call.model, call.pipe
+    body, model, pipe = call.body, call.model, call.pipeline(EmbeddingPipeline)
     if "input" not in body.data:
         raise InputError("`input` is required", param="input")
-    texts, ids, _ = _inputs(body, "input")
+    texts, ids, _ = _inputs(call, "input")
     fmt = body.str("encoding_format", "float")
     if fmt not in ("float", "base64"):
         raise InputError(f"`encoding_format` must be \"float\" or \"base64\", got {fmt!r}", param="encoding_format")
@@ -45,17 +48,17 @@ async def openai_embeddings(request: web.Request) -> web.Response:
         items = list(vectors)
     data = [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(items)]
     return json_response({"object": "list", "data": data, "model": model.name,
-                          "usage": {"prompt_tokens": result.tokens, "total_tokens": result.tokens}},
+                          "usage": usage(result.tokens)},
                          truncation_headers(result.truncated))
 
 
 @routes.post("/embed")
 async def tei_embed(request: web.Request) -> web.Response:
     call = await begin(request, "embedding", named=False)
-    body, pipe = call.body, call.pipe
+    body, pipe = call.body, call.pipeline(EmbeddingPipeline)
     if "inputs" not in body.data:
         raise InputError("`inputs` is required", param="inputs")
-    texts, ids, _ = _inputs(body, "inputs")
+    texts, ids, _ = _inputs(call, "inputs")
     direction = truncation_direction(body)
     dims = body.int("dimensions", None)
     pipe.check_dimensions(dims)

@@ -1,16 +1,23 @@
-"""Tokenizer → graph feeds: text encoding with visible truncation, dynamic padding, derived inputs."""
+"""The text front end every text family shares: tokenizer.json with rsinfer's own limits (visible truncation),
+token rows → graph feeds (dynamic padding, derived mask / types / positions / empty KV cache), and
+`TextPipeline`, whose rows are token rows and whose forward reduces the graph output per row."""
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from ..config import ServerConfig
+from ..engine.model import LoadedModel
+from ..engine.session import GraphInfo, Session, TensorInfo
 from ..errors import InputError, ModelLoadError, TokenizeError
-from .session import GraphInfo, TensorInfo
+from .base import Array, RowPipeline, T, Timing, Work
 
 FILLABLE = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "past_key_values.*")
 PAD_TOKENS = ("[PAD]", "<pad>", "<|endoftext|>", "<|pad|>")
@@ -73,9 +80,6 @@ class TextEncoder:
                     self._variants[key] = tok
         return tok
 
-    def token_id(self, token: str) -> int | None:
-        return self._base.token_to_id(token)
-
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *,
                strategy: str = "longest_first", direction: str = "right", truncate: bool | None = None,
                add_special_tokens: bool = True, offsets: bool = False, param: str = "input") -> Encoded:
@@ -122,11 +126,9 @@ class FeedBuilder:
             raise ModelLoadError(f"model '{model}': the graph has no `input_ids` input (inputs: {names})",
                                  model=model)
 
-    def build(self, ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int]] | None = None,
-              pad_id: int = 0) -> dict[str, Any]:
+    def build(self, ids: Sequence[Sequence[int]], type_ids: Sequence[Sequence[int] | None] | None = None,
+              pad_id: int = 0) -> dict[str, Array]:
         """Right-pad to the longest row of the batch; derive mask, positions and an empty KV cache."""
-        import numpy as np
-
         rows = len(ids)
         width = max((len(r) for r in ids), default=0) or 1
         dtype = self.inputs["input_ids"].dtype
@@ -137,9 +139,9 @@ class FeedBuilder:
             n = len(row)
             input_ids[i, :n] = row
             mask[i, :n] = 1
-            if types is not None and type_ids is not None:
+            if types is not None and type_ids is not None and type_ids[i] is not None:
                 types[i, :n] = type_ids[i]
-        feeds: dict[str, Any] = {"input_ids": input_ids}
+        feeds: dict[str, Array] = {"input_ids": input_ids}
         if "attention_mask" in self.inputs:
             feeds["attention_mask"] = mask.astype(self.inputs["attention_mask"].dtype, copy=False)
         if types is not None:
@@ -150,3 +152,49 @@ class FeedBuilder:
         for t in self.past:
             feeds[t.name] = np.zeros((rows, t.shape[1], 0, t.shape[3]), dtype=t.dtype)
         return feeds
+
+
+# one row: its token ids and token type ids (None: all zero)
+TokenRow = tuple[Sequence[int], "Sequence[int] | None"]
+
+
+class TextPipeline(RowPipeline):
+    """A family over a text model: rows are token rows; `reduce` turns one forward's output into one result per
+    row (per token, cut to each row's length, when `ragged`)."""
+
+    output: str
+    ragged = False
+
+    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
+        super().__init__(model, server)
+        if model.resolved.tokenizer_path is None:
+            raise ModelLoadError(f"model '{model.name}': a {model.kind} model needs tokenizer.json", model=model.name)
+        self.encoder = TextEncoder(model.resolved.tokenizer_path, model.max_len, truncate=model.config.truncate,
+                                   model=model.name)
+        self.feeds = FeedBuilder(model.graph, model.name)
+
+    def reduce(self, out: Array, mask: Array) -> Array:
+        raise NotImplementedError
+
+    def forward(self, session: Session, rows: Sequence[TokenRow]) -> list[Any]:
+        ids = [r[0] for r in rows]
+        feeds = self.feeds.build(ids, [r[1] for r in rows], self.encoder.pad_id)
+        out = self.model.run(session, feeds, [self.output])[self.output]
+        width = feeds["input_ids"].shape[1]
+        lengths = np.array([len(r) for r in ids])
+        mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+        reduced = self.reduce(out, mask)
+        if self.ragged:
+            return [reduced[j, : lengths[j]] for j in range(len(ids))]
+        return list(reduced)
+
+    def work(self, enc: Encoded, finish: Callable[[list[Any]], T], timing: Timing) -> Work[T]:
+        """The rows of encoded texts and how their outputs become the answer; usage counted in `timing`."""
+        timing.tokens += enc.num_tokens
+        timing.truncated += enc.truncated
+        types = enc.type_ids if enc.type_ids is not None else [None] * len(enc.ids)
+        return Work(list(zip(enc.ids, types, strict=True)), enc.lengths, finish, timing)
+
+    def sample_rows(self, batch: int, length: int) -> tuple[list[Any], list[int]]:
+        token = self.encoder.tokenizer.encode("the", add_special_tokens=False).ids[:1] or [1]
+        return [(token * length, [0] * length)] * batch, [length] * batch

@@ -1,0 +1,343 @@
+"""One scheduler per model: admission, cross-request batching of generic rows, dispatch to idle replicas,
+cancellation. The only async code in the engine.
+
+Two kinds of job share one FIFO queue:
+- **rows** (batching on): a request's rows - texts, pairs, windows, tensor rows: whatever a family makes of it,
+  each with a cost (its length in tokens). Rows of many requests share forwards.
+- **direct**: a function that holds one replica for a whole request (batching off, or a request larger than
+  the batching queue): tokenize, its forwards in length-sorted slices and post-processing in one thread hop.
+
+Admission: a request is refused with `Saturated` (429) when `max_queue` requests already wait or its rows do not
+fit `queue_rows` (all or none); one that does not start within `queue_timeout_s` gets `PoolTimeout` (503).
+Fairness: rows are taken oldest request first (up to `max_rows` per idle replica), and only the taken rows are
+grouped by length, so a row's wait is bounded by its age, never by its length.
+Cancellation: a caller that goes away (client disconnect, request deadline) marks its job done: its queued rows
+are dropped before they run and a direct job stops before its next forward.
+A row's forward runs on a worker thread, and the worker that completes a request's last row also builds its
+answer (`finish`), so a batched request crosses to worker threads twice at most: once to tokenize, once here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from ..errors import PoolTimeout, Saturated
+from .batching import plan_batches
+from .session import Session
+
+log = logging.getLogger("rsinfer.engine")
+
+P = TypeVar("P")   # a row as the family made it
+T = TypeVar("T")
+
+# collate rows → feeds, run them on one session, split the outputs back: one output per row (worker thread)
+RowForward = Callable[[Session, Sequence[Any]], list[Any]]
+
+
+class Observer(Protocol):
+    """Where the scheduler reports, once per forward and once per request (metrics)."""
+
+    def forward(self, rows: int, padded: int, seconds: float) -> None: ...
+    def waited(self, seconds: float) -> None: ...
+
+
+class Cancelled(Exception):
+    """Raised in a worker when the request it works for has no caller any more."""
+
+
+@dataclass(eq=False)
+class _Job:
+    future: asyncio.Future[Any]
+    enqueued: float
+    rows: Sequence[Any] = ()
+    costs: Sequence[int] = ()
+    finish: Callable[[list[Any]], Any] | None = None
+    direct: Callable[[Runner], Any] | None = None
+    outputs: list[Any] = field(default_factory=list)
+    remaining: int = 0
+    next: int = 0                      # rows handed to forwards so far
+    started: float | None = None
+    done: bool = False                 # answered, failed or abandoned: skip whatever of it is left
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    timer: asyncio.TimerHandle | None = None
+
+
+class Runner:
+    """The forwards of one request on one replica (the direct path, and the CLI): observed, and stopped
+    between forwards once the request's caller is gone."""
+
+    def __init__(self, session: Session, forward: RowForward, observer: Observer | None = None,
+                 job: _Job | None = None) -> None:
+        self.session = session
+        self._forward = forward
+        self._observer = observer
+        self._job = job
+
+    @property
+    def cancelled(self) -> bool:
+        return self._job is not None and self._job.done
+
+    def forward(self, rows: Sequence[Any], costs: Sequence[int]) -> list[Any]:
+        if self.cancelled:
+            raise Cancelled
+        t0 = time.perf_counter()
+        out = self._forward(self.session, rows)
+        if self._observer is not None:
+            self._observer.forward(len(rows), len(rows) * max(costs, default=1), time.perf_counter() - t0)
+        return out
+
+
+def run_rows(runner: Runner, rows: Sequence[P], costs: Sequence[int], *, max_rows: int, max_tokens: int,
+             max_padding: int | None = None) -> list[Any]:
+    """All rows on one replica in length-sorted forwards of at most `max_rows` rows / `max_tokens` padded
+    tokens; one output per row, in row order."""
+    outputs: list[Any] = [None] * len(rows)
+    for batch in plan_batches(costs, max_rows, max_tokens, max_padding):
+        outs = runner.forward([rows[i] for i in batch], [costs[i] for i in batch])
+        for i, out in zip(batch, outs, strict=True):
+            outputs[i] = out
+    return outputs
+
+
+class Scheduler:
+    def __init__(self, name: str, sessions: Sequence[Session], forward: RowForward, executor: Executor, *,
+                 batching: bool, max_rows: int, max_tokens: int, max_padding: int | None = None,
+                 queue_rows: int = 1024, max_queue: int = 256, queue_timeout_s: float = 30.0,
+                 observer: Observer | None = None) -> None:
+        if not sessions:
+            raise ValueError("a scheduler needs at least one session")
+        self.name = name
+        self.replicas = len(sessions)
+        self.forward = forward
+        self.executor = executor
+        self.batching = batching
+        self.max_rows = max_rows
+        self.max_tokens = max_tokens
+        self.max_padding = max_padding
+        self.capacity = max(queue_rows, max_rows, 1)
+        self.max_queue = max_queue
+        self.queue_timeout_s = queue_timeout_s
+        self.observer = observer
+        self._idle: list[Session] = list(sessions)
+        self._queue: deque[_Job] = deque()
+        self.queued_rows = 0
+        self.running = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------ lifetime and state
+
+    def stop(self) -> None:
+        """Fail whatever still waits (after the server drained the requests it accepted)."""
+        while self._queue:
+            job = self._queue.popleft()
+            if not job.done:
+                self._fail(job, PoolTimeout(f"model '{self.name}' is shutting down", model=self.name))
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued and not yet started."""
+        return sum(1 for j in self._queue if not j.done and j.started is None)
+
+    # ------------------------------------------------------------ callers
+
+    async def run(self, fn: Callable[[Runner], T]) -> T:
+        """fn(runner) on a worker thread holding one replica: a whole request in one hop."""
+        job = self._admit(_Job(self._get_loop().create_future(), time.perf_counter(), direct=fn), 0)
+        result: T = await self._wait(job)
+        return result
+
+    async def submit(self, rows: Sequence[P], costs: Sequence[int], finish: Callable[[list[Any]], T]) -> T:
+        """A request's rows → finish(their outputs in row order). Batched with other requests' rows when
+        batching is on and they fit the queue; else on one replica as a direct job."""
+        n = len(rows)
+        if n == 0:
+            return finish([])
+        if not self.batching or n > self.capacity:
+            def whole(runner: Runner) -> T:
+                return finish(run_rows(runner, rows, costs, max_rows=self.max_rows, max_tokens=self.max_tokens,
+                                       max_padding=self.max_padding))
+
+            return await self.run(whole)
+        job = _Job(self._get_loop().create_future(), time.perf_counter(), rows=rows, costs=costs, finish=finish,
+                   outputs=[None] * n, remaining=n)
+        self._admit(job, n)
+        result: T = await self._wait(job)
+        return result
+
+    def _get_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    def _admit(self, job: _Job, rows: int) -> _Job:
+        if not (self._idle and not self._queue):
+            if len(self._queue) >= self.max_queue:
+                self._purge()
+                if len(self._queue) >= self.max_queue:
+                    raise Saturated(f"model '{self.name}' is saturated ({len(self._queue)} requests waiting); "
+                                    "retry later", model=self.name)
+            if rows and self.queued_rows + rows > self.capacity:
+                raise Saturated(f"model '{self.name}' has {self.queued_rows} rows queued; {rows} more do not fit "
+                                f"(batching.queue_rows = {self.capacity}); retry later", model=self.name)
+        self._queue.append(job)
+        self.queued_rows += rows
+        return job
+
+    async def _wait(self, job: _Job) -> Any:
+        loop = self._get_loop()
+        job.timer = loop.call_later(self.queue_timeout_s, self._expire, job)
+        self._dispatch()
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            self._close(job)  # the caller went away: drop its queued rows, stop its direct forwards
+            raise
+        finally:
+            job.timer.cancel()
+
+    def _expire(self, job: _Job) -> None:
+        if job.started is None and not job.done:
+            self._fail(job, PoolTimeout(f"timed out after {self.queue_timeout_s * 1000:.0f} ms in the queue of "
+                                        f"model '{self.name}' without a free replica", model=self.name))
+
+    # ------------------------------------------------------------ job state (event-loop thread only)
+
+    def _close(self, job: _Job) -> None:
+        if not job.done:
+            job.done = True
+            self.queued_rows -= len(job.rows) - job.next
+            job.next = len(job.rows)
+
+    def _fail(self, job: _Job, exc: BaseException) -> None:
+        self._close(job)
+        if not job.future.done():
+            job.future.set_exception(exc)
+
+    def _answer(self, results: list[tuple[_Job, Any, BaseException | None]]) -> None:
+        for job, result, exc in results:
+            if exc is not None:
+                self._fail(job, exc)
+            elif not job.future.done():
+                job.done = True
+                job.future.set_result(result)
+
+    def _purge(self) -> None:
+        while self._queue and self._queue[0].done:
+            self._queue.popleft()
+
+    # ------------------------------------------------------------ dispatch
+
+    def _dispatch(self) -> None:
+        queue = self._queue
+        while self._idle and queue:
+            head = queue[0]
+            if head.done:
+                queue.popleft()
+            elif head.direct is not None:
+                queue.popleft()
+                self._start(head)
+                session = self._idle.pop()
+                self._launch(session, self._run_direct, (head, Runner(session, self.forward, self.observer, head)))
+            else:
+                self._stage()
+
+    def _start(self, job: _Job) -> None:
+        if job.started is None:
+            job.started = time.perf_counter()
+            if self.observer is not None:
+                self.observer.waited(job.started - job.enqueued)
+
+    def _stage(self) -> None:
+        """Oldest rows first, up to `max_rows` per idle replica; those grouped by length into one train of
+        forwards per idle replica."""
+        idle = len(self._idle)
+        limit = self.max_rows * idle
+        staged: list[tuple[_Job, int]] = []
+        queue = self._queue
+        while queue and len(staged) < limit:
+            job = queue[0]
+            if job.done:
+                queue.popleft()
+                continue
+            if job.direct is not None:
+                break
+            take = min(limit - len(staged), len(job.rows) - job.next)
+            self._start(job)
+            staged.extend((job, i) for i in range(job.next, job.next + take))
+            job.next += take
+            self.queued_rows -= take
+            if job.next == len(job.rows):
+                queue.popleft()
+        if not staged:
+            return
+        share = min(max(math.ceil(len(staged) / idle), 1), self.max_rows)
+        chunks = plan_batches([job.costs[i] for job, i in staged], share, self.max_tokens, self.max_padding)
+        per_worker = math.ceil(len(chunks) / idle)
+        for k in range(0, len(chunks), per_worker):
+            train = [[staged[i] for i in c] for c in chunks[k:k + per_worker]]
+            self._launch(self._idle.pop(), self._run_train, train)
+
+    def _launch(self, session: Session, fn: Callable[[Session, Any], None], arg: Any) -> None:
+        loop = self._get_loop()
+        self.running += 1
+        fut = loop.run_in_executor(self.executor, fn, session, arg)
+        fut.add_done_callback(lambda f: self._release(session, f))
+
+    def _release(self, session: Session, fut: asyncio.Future[None]) -> None:
+        self.running -= 1
+        self._idle.append(session)
+        if not fut.cancelled() and fut.exception() is not None:  # a bug in the scheduler itself: say so
+            log.error("model %s: worker failed: %r", self.name, fut.exception())
+        self._dispatch()
+
+    # ------------------------------------------------------------ worker threads
+
+    def _post(self, results: list[tuple[_Job, Any, BaseException | None]]) -> None:
+        if results:
+            self._get_loop().call_soon_threadsafe(self._answer, results)
+
+    def _run_direct(self, session: Session, arg: tuple[_Job, Runner]) -> None:
+        job, runner = arg
+        try:
+            self._post([(job, job.direct(runner) if job.direct else None, None)])
+        except Cancelled:
+            pass  # nobody waits for it
+        except Exception as exc:  # noqa: BLE001 - handed to its caller
+            self._post([(job, None, exc)])
+
+    def _run_train(self, session: Session, train: list[list[tuple[_Job, int]]]) -> None:
+        """Each forward of the train; the requests it completes are answered as it completes them."""
+        for chunk in train:
+            live = [(job, i) for job, i in chunk if not job.done]  # a caller gone meanwhile: skip its rows
+            if not live:
+                continue
+            costs = [job.costs[i] for job, i in live]
+            t0 = time.perf_counter()
+            try:
+                outs = self.forward(session, [job.rows[i] for job, i in live])
+            except Exception as exc:  # noqa: BLE001 - handed to exactly the requests with rows in it
+                self._post([(job, None, exc) for job in dict.fromkeys(job for job, _ in live)])
+                continue
+            if self.observer is not None:
+                self.observer.forward(len(live), len(live) * max(costs), time.perf_counter() - t0)
+            answers: list[tuple[_Job, Any, BaseException | None]] = []
+            for (job, i), out in zip(live, outs, strict=True):
+                with job.lock:
+                    job.outputs[i] = out
+                    job.remaining -= 1
+                    last = job.remaining == 0
+                if last and not job.done and job.finish is not None:
+                    try:
+                        answers.append((job, job.finish(job.outputs), None))
+                    except Exception as exc:  # noqa: BLE001 - this request's own error
+                        answers.append((job, None, exc))
+            self._post(answers)

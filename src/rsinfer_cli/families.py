@@ -1,0 +1,160 @@
+"""The model families rsinfer serves: one typed declaration each, one registry.
+
+A family is what a `kind:` in the config names. Its code lives in files named after the kind in each layer
+(`pipelines/<kind>.py`, `server/routes/<kind>.py`, `cli/<kind>.py`); this registry says where, so `serve`,
+`download`, `inspect`, `bench` and the pipelines factory never list kinds themselves. Declarations refer to
+those modules by "module:attribute" strings, imported on first use: `rsinfer --help` imports no numpy,
+onnxruntime or aiohttp, and the engine never imports a front end. A test (or a plug-in) may pass the objects
+themselves instead of strings.
+
+Adding a family = its files plus one `register(Family(...))` line below.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# config.json facts → why this folder is of the family (None: it is not); see `guess_kind`
+Recognise = Callable[[Mapping[str, Any], bool], "str | None"]
+
+
+@dataclass(frozen=True)
+class Family:
+    kind: str
+    summary: str
+    pipeline: Any = None              # "module:Class" or a class: Pipeline(model, server) built once per model
+    routes: Any = None                # "module:routes" or an aiohttp RouteTableDef; None = `serve` refuses the kind
+    commands: tuple[tuple[str, Any], ...] = ()   # (CLI name, "module:function" or the Typer function)
+    bench: Any = None                 # "module:BENCH" or a dict: route → function(texts) → request body
+    needs_tokenizer: bool = True      # the folder must provide tokenizer.json
+    config_fields: tuple[str, ...] = ()  # ModelConfig keys only this family reads (others are refused)
+    recognise: Recognise | None = None   # how `download`/`inspect`/`bench` tell the folder's family
+    priority: int = 50                # recognisers run in this order, lowest first
+
+    def load(self, what: str) -> Any:
+        """The declared `pipeline`, `routes`, `bench` or one of `commands`, imported now."""
+        return resolve_ref(getattr(self, what))
+
+
+def resolve_ref(ref: Any) -> Any:
+    if isinstance(ref, str) and ":" in ref:
+        module, _, attr = ref.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return ref
+
+
+_FAMILIES: dict[str, Family] = {}
+
+# the keys every text family reads; a model without a tokenizer refuses them
+TEXT_FIELDS = ("tokenizer_hf", "max_len", "truncate")
+
+
+def register(family: Family) -> Family:
+    """Add (or replace) a family; later `kinds()`, config validation and the fronts see it."""
+    _FAMILIES[family.kind] = family
+    return family
+
+
+def unregister(kind: str) -> None:
+    _FAMILIES.pop(kind, None)
+
+
+def kinds() -> tuple[str, ...]:
+    return tuple(_FAMILIES)
+
+
+def get(kind: str) -> Family:
+    try:
+        return _FAMILIES[kind]
+    except KeyError:
+        raise KeyError(f"no model family '{kind}' (known: {', '.join(_FAMILIES)})") from None
+
+
+def all_families() -> tuple[Family, ...]:
+    return tuple(_FAMILIES.values())
+
+
+def served_kinds() -> tuple[str, ...]:
+    return tuple(f.kind for f in _FAMILIES.values() if f.routes is not None)
+
+
+def specific_fields() -> dict[str, str]:
+    """ModelConfig key → the one family that reads it."""
+    return {key: f.kind for f in _FAMILIES.values() for key in f.config_fields}
+
+
+def guess_kind(hf_config: Mapping[str, Any], has_tokenizer: bool = True) -> tuple[str, str]:
+    """(kind, why) of a model folder from its config.json and whether it has a tokenizer."""
+    for fam in sorted(_FAMILIES.values(), key=lambda f: f.priority):
+        if fam.recognise is not None:
+            why = fam.recognise(hf_config, has_tokenizer)
+            if why is not None:
+                return fam.kind, why
+    return "embedding", "no family recognised the folder"
+
+
+# ---------------------------------------------------------------- the built-in families
+
+
+def _arch(hf_config: Mapping[str, Any]) -> str:
+    return " ".join(str(a) for a in (hf_config.get("architectures") or []))
+
+
+def _labels(hf_config: Mapping[str, Any]) -> str:
+    id2label = hf_config.get("id2label") or {}
+    return " ".join(str(v).lower() for v in id2label.values()) if isinstance(id2label, dict) else ""
+
+
+def _is_tensor(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str | None:
+    return None if has_tokenizer else "no tokenizer.json: a graph served as raw tensors"
+
+
+def _is_pii(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str | None:
+    arch = _arch(hf_config)
+    return f"config.json architectures: {arch}" if "ForTokenClassification" in arch else None
+
+
+def _is_zeroshot(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str | None:
+    arch = _arch(hf_config)
+    if "ForSequenceClassification" in arch and "entail" in _labels(hf_config):
+        return f"config.json architectures: {arch}; id2label has entailment"
+    return None
+
+
+def _is_rerank(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str | None:
+    arch = _arch(hf_config)
+    return f"config.json architectures: {arch}" if "ForSequenceClassification" in arch else None
+
+
+def _is_embedding(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str:
+    return f"config.json architectures: {_arch(hf_config) or 'none'}"
+
+
+def _builtin(kind: str, summary: str, pipeline: str, commands: Sequence[str], fields: Sequence[str],
+             recognise: Recognise, priority: int) -> Family:
+    return Family(
+        kind=kind, summary=summary,
+        pipeline=f"rsinfer_cli.pipelines.{kind}:{pipeline}",
+        routes=f"rsinfer_cli.server.routes.{kind}:routes",
+        commands=tuple((name, f"rsinfer_cli.cli.{kind}:{name}_cmd") for name in commands),
+        bench=f"rsinfer_cli.server.routes.{kind}:BENCH",
+        config_fields=tuple(fields), recognise=recognise, priority=priority)
+
+
+register(_builtin("embedding", "text embeddings (OpenAI, TEI)", "EmbeddingPipeline", ["embed"],
+                  ["pooling", "normalize", "dimensions", "pooling_in_graph"], _is_embedding, 90))
+register(_builtin("rerank", "cross-encoder reranking and scoring (Cohere, Jina, TEI, vLLM)", "RerankPipeline",
+                  ["rerank"],
+                  ["scoring"], _is_rerank, 30))
+register(_builtin("zeroshot", "zero-shot and true/false classification over NLI", "ZeroShotPipeline",
+                  ["classify"],
+                  ["hypothesis_template", "entailment_label", "contradiction_label", "zeroshot_scoring"],
+                  _is_zeroshot, 20))
+register(_builtin("pii", "PII detection and redaction", "PiiPipeline", ["redact", "detect"],
+                  ["threshold", "pii_hash_salt", "pii_recognizers"], _is_pii, 10))
+register(Family(kind="tensor", summary="any ONNX graph as raw tensors (routes: not yet built)",
+                pipeline="rsinfer_cli.pipelines.tensor:TensorPipeline", needs_tokenizer=False,
+                recognise=_is_tensor, priority=0))
