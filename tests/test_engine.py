@@ -167,6 +167,14 @@ def scheduler(sessions=("s1",), **kw) -> Scheduler:
     return Scheduler("m", list(sessions), lambda session, rows: rows, EXECUTOR, **opts)
 
 
+async def settled(s: Scheduler) -> None:
+    """Until every replica is back (a replica returns as its thread ends, just after the answer); bounded."""
+    for _ in range(100):
+        if s.running == 0:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def entered(held: Held, n: int = 1) -> None:
     for _ in range(n):
         assert await asyncio.get_running_loop().run_in_executor(None, held.entered.acquire, True, 5)
@@ -185,6 +193,7 @@ class TestAdmission:
                 await s.run(held)
             held.release.set()
             await asyncio.gather(first, second)
+            await settled(s)
             assert s.waiting == 0 and s.running == 0
 
         asyncio.run(asyncio.wait_for(main(), 10))
@@ -213,10 +222,7 @@ class TestAdmission:
 
             with pytest.raises(RuntimeError, match="boom"):
                 await s.run(boom)
-            for _ in range(100):  # the replica comes back as its thread ends, just after the answer
-                if s.running == 0:
-                    break
-                await asyncio.sleep(0.01)
+            await settled(s)
             assert len(s._idle) == 2 and s.running == 0
 
         asyncio.run(asyncio.wait_for(main(), 10))
