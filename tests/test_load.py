@@ -118,3 +118,41 @@ def test_sigterm_lets_every_accepted_request_finish(shared_models, tmp_path):
         assert srv.proc.wait(60) == 0
     finally:
         srv.stop()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc)."""
+    import os
+
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("batching", ["enabled: true", "enabled: false"])
+def test_client_that_gives_up_stops_a_long_document(tmp_path, shared_models, batching):
+    """A 2 MB text to /pii/redact is hundreds of forwards. The client gives up after 5 s: within 10 s the server
+    is idle again (< 0.25 cores), not busy for minutes with work nobody waits for."""
+    port = free_port()
+    cfg = tmp_path / "cancel.yaml"
+    cfg.write_text(f"server: {{bind: '127.0.0.1:{port}'}}\nmodels:\n"
+                   f"  - {{name: pii, kind: pii, path: '{shared_models / 'rampart-pii'}', replicas: 2, "
+                   f"intra_threads: 1, batching: {{{batching}}}}}\n")
+    srv = ServeProcess(cfg, port)
+    try:
+        srv.wait_ready()
+        rng = random.Random(3)
+        text = " ".join(rng.choice(WORDS) for _ in range(400_000))[:2_000_000]
+        assert len(text) >= 1_900_000
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"http://127.0.0.1:{port}/pii/redact", json={"text": text}, timeout=5)
+        gave_up = time.monotonic()
+        busy = True
+        while busy and time.monotonic() - gave_up < 10:  # bounded: 10 s
+            c0, t0 = cpu_seconds(srv.proc.pid), time.monotonic()
+            time.sleep(1.0)
+            busy = (cpu_seconds(srv.proc.pid) - c0) / (time.monotonic() - t0) >= 0.25
+        assert not busy, f"still busy {time.monotonic() - gave_up:.1f} s after the client left"
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+    finally:
+        assert srv.stop() == 0
