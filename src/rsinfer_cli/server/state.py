@@ -41,12 +41,17 @@ class ServerState:
             loop = asyncio.get_running_loop()
             work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
             result = await scheduler.submit(work.rows, work.costs, work.finish)
+            timing = work.timing
         else:
+            planned: list[Work[Any]] = []
+
             def whole(runner: Runner) -> Any:
-                return pipe.run(plan(*args, **kwargs), runner)
+                planned.append(plan(*args, **kwargs))
+                return pipe.run(planned[0], runner)
 
             result = await scheduler.run(whole)
-        self.metrics.observe_request(model.name, result.timing)
+            timing = planned[0].timing
+        self.metrics.observe_request(model.name, timing)
         return result
 
     def queue_stats(self) -> list[tuple[str, int, int, int]]:

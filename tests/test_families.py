@@ -1,0 +1,166 @@
+"""The family registry: a toy family declared in this file alone (no edit of src/) is validated by the config,
+loaded, and served over HTTP through the scheduler, batched and unbatched; and what the registry decides for the
+built-in families (served kinds, kind-specific config keys, recognising a folder)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from aiohttp import web
+
+from rsinfer_cli import families
+from rsinfer_cli.config import parse_config
+from rsinfer_cli.engine.session import Session
+from rsinfer_cli.errors import ConfigError
+from rsinfer_cli.pipelines.base import RowPipeline, Work
+from rsinfer_cli.server.routes.common import begin, json_response
+
+from serverutil import ServerThread
+
+# ---------------------------------------------------------------- the toy family: "add one" over 4-vectors
+
+
+class ToyPipeline(RowPipeline):
+    """Rows are 4-float vectors; a forward stacks them, runs the graph, and hands each row its output row."""
+
+    kind = "toy"
+
+    def forward(self, session: Session, rows: Sequence[Any]) -> list[Any]:
+        out = self.model.run(session, {"INPUT0": np.asarray(rows, dtype=np.float32)})["OUTPUT0"]
+        return [row.tolist() for row in out]
+
+    def plan(self, vectors: list[list[float]]) -> Work[list[list[float]]]:
+        return Work(rows=vectors, costs=[1] * len(vectors), finish=lambda outputs: outputs)
+
+
+toy_routes = web.RouteTableDef()
+
+
+@toy_routes.post("/toy/add-one")
+async def add_one(request: web.Request) -> web.Response:
+    call = await begin(request, "toy")
+    out = await call.infer(call.pipeline(ToyPipeline).plan, call.body.data["rows"])
+    return json_response({"rows": out, "model": call.model.name})
+
+
+TOY = families.Family(kind="toy", summary="adds one", pipeline=ToyPipeline, routes=toy_routes,
+                      needs_tokenizer=False, bench={"/toy/add-one": lambda texts: {"rows": [[0.0] * 4] * len(texts)}})
+
+
+@pytest.fixture
+def toy():
+    families.register(TOY)
+    yield TOY
+    families.unregister("toy")
+
+
+def toy_config(shared_models, batching: bool):
+    return parse_config({"models": [{"name": "adder", "kind": "toy", "replicas": 1,
+                                     "path": str(shared_models / "tensor-models" / "add_one"),
+                                     "batching": {"enabled": batching, "max_rows": 64}}]})
+
+
+def forwards(srv: ServerThread) -> tuple[float, float]:
+    """(forwards, rows) the scheduler of `adder` observed, from /metrics."""
+    text = httpx.get(srv.url + "/metrics").text
+
+    def value(name: str) -> float:
+        m = re.search(rf'^{name}{{model="adder"}} ([0-9.e+]+)$', text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    return value("rsinfer_batch_rows_count"), value("rsinfer_batch_rows_sum")
+
+
+def test_unknown_until_registered(shared_models):
+    with pytest.raises(ConfigError, match="models\\[0\\].kind: must be one of .*got 'toy'"):
+        toy_config(shared_models, True)
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("batching", [True, False])
+def test_toy_family_served_through_the_scheduler(toy, shared_models, batching):
+    cfg = toy_config(shared_models, batching)
+    requests = [[[float(i), float(i) + 0.5, -1.0, 2.0]] * (1 + i % 3) for i in range(24)]
+    with ServerThread(cfg) as srv:
+        scheduler = srv.state.schedulers["adder"]
+        assert scheduler.batching is batching
+
+        async def main():
+            async with httpx.AsyncClient(base_url=srv.url, timeout=30) as c:
+                return await asyncio.gather(*(c.post("/toy/add-one", json={"rows": r}) for r in requests))
+
+        answers = asyncio.run(main())
+        n_forwards, n_rows = forwards(srv)
+    for rows, resp in zip(requests, answers, strict=True):
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["rows"] == (np.asarray(rows, dtype=np.float32) + 1).tolist()  # each caller's own rows
+    assert n_rows == sum(len(r) for r in requests)  # every row went through the scheduler's forwards
+    if batching:
+        assert n_forwards < len(requests)  # rows of concurrent requests shared forwards
+    else:
+        assert n_forwards == len(requests)  # one forward per request (each fits max_rows)
+
+
+def test_served_kinds_and_bench_bodies_come_from_the_registry(toy):
+    from rsinfer_cli.cli.bench import request_body
+
+    assert "toy" in families.served_kinds() and "tensor" not in families.served_kinds()
+    assert request_body("/toy/add-one", "adder", ["a", "b"]) == {"rows": [[0.0] * 4] * 2, "model": "adder"}
+    assert request_body("/v1/embeddings", None, ["a"]) == {"input": ["a"]}
+
+
+# ---------------------------------------------------------------- built-in families
+
+
+def test_every_builtin_family_is_complete():
+    for fam in families.all_families():
+        assert fam.load("pipeline") is not None
+        for _name, ref in fam.commands:
+            assert callable(families.resolve_ref(ref))
+        if fam.routes is not None:
+            routes = fam.load("routes")
+            paths = {r.path for r in routes}
+            assert set(fam.load("bench")) <= paths, fam.kind  # every bench body is for a route of the family
+
+
+@pytest.mark.parametrize(("key", "kind", "owner"), [("pooling", "rerank", "embedding"),
+                                                     ("threshold", "embedding", "pii"),
+                                                     ("hypothesis_template", "pii", "zeroshot"),
+                                                     ("scoring", "zeroshot", "rerank")])
+def test_a_key_of_another_family_is_a_config_error(key, kind, owner):
+    value = {"pooling": "cls", "threshold": 0.5, "hypothesis_template": "about {}", "scoring": "logit"}[key]
+    with pytest.raises(ConfigError, match=rf"models\[0\]\.{key}: applies to kind {owner} only; model 'm' is "
+                                          rf"kind {kind}"):
+        parse_config({"models": [{"name": "m", "kind": kind, "hf": "a/b", key: value}]})
+
+
+def test_text_keys_are_refused_on_a_tensor_model():
+    with pytest.raises(ConfigError, match=r"models\[0\]\.max_len: applies to text models only"):
+        parse_config({"models": [{"name": "t", "kind": "tensor", "path": "x", "max_len": 8}]})
+
+
+@pytest.mark.parametrize(("hf_config", "has_tokenizer", "kind"), [
+    ({"architectures": ["BertForTokenClassification"]}, True, "pii"),
+    ({"architectures": ["DebertaV2ForSequenceClassification"], "id2label": {"0": "ENTAILMENT", "1": "x"}}, True,
+     "zeroshot"),
+    ({"architectures": ["BertForSequenceClassification"], "id2label": {"0": "LABEL_0"}}, True, "rerank"),
+    ({"architectures": ["BertModel"]}, True, "embedding"),
+    ({}, False, "tensor"),
+])
+def test_guess_kind(hf_config, has_tokenizer, kind):
+    assert families.guess_kind(hf_config, has_tokenizer)[0] == kind
+
+
+def test_serve_still_refuses_tensor(shared_models):
+    from rsinfer_cli.server.app import check_served
+
+    cfg = parse_config({"models": [{"name": "t", "kind": "tensor",
+                                    "path": str(shared_models / "tensor-models" / "add_one")}]})
+    with pytest.raises(ConfigError, match=r"models\[0\] 't' \(tensor\)"):
+        check_served(cfg)
