@@ -17,12 +17,14 @@ install: $(BIN)/python        ## rsinfer with the CPU onnxruntime wheel
 dev: $(BIN)/python            ## rsinfer plus the test tools
 	$(PIP) install -q -e '.[test]'
 
-test: dev                     ## lint, then the whole suite (no network; reference models from ../shared/models)
+test: dev                     ## lint, type-check engine + pipelines, then the whole suite (no network; ../shared/models)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 lint: dev
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 
 serve: install                ## start the daemon on $(CONFIG) (models are pulled from the Hub on first start)
 	$(BIN)/rsinfer serve --config $(CONFIG)

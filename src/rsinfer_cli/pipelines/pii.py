@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,7 +134,7 @@ def decode(text: str, offsets: Sequence[tuple[int, int]], label_ids: Array, prob
     def close() -> None:
         nonlocal open_
         if open_ is not None:
-            spans.append(tuple(open_))  # type: ignore[arg-type]
+            spans.append((open_[0], open_[1], open_[2], open_[3]))
             open_ = None
 
     for (a, b), lid, p in zip(offsets, label_ids, probs, strict=True):
@@ -275,12 +275,14 @@ class PiiPipeline(TextPipeline):
     def windows_of(self, n: int) -> list[tuple[int, int]]:
         return plan_windows(n, self.window, self.overlap)
 
-    def plan_probs(self, texts: Sequence[str], timing: Timing) -> tuple[Encoded, Any]:
+    def plan_probs(self, texts: Sequence[str],
+                   timing: Timing) -> tuple[Encoded, Callable[[list[Any]], list[tuple[Any, Array]]]]:
         """Window rows of every text, and how their per-token rows stitch back to one row per token per text."""
         t0 = time.perf_counter()
         encs = self.encoder.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         plan: list[tuple[int, list[tuple[int, int]]]] = []
-        ids, type_ids = [], []
+        ids: list[list[int]] = []
+        type_ids: list[list[int]] = []
         for enc in encs:
             wins = self.windows_of(len(enc.ids))
             plan.append((len(ids), wins))

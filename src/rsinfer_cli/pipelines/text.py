@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from ..engine.model import LoadedModel
 from ..engine.session import GraphInfo, Session, TensorInfo
 from ..errors import InputError, ModelLoadError, TokenizeError
 from .base import Array, RowPipeline, T, Timing, Work
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 FILLABLE = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "past_key_values.*")
 PAD_TOKENS = ("[PAD]", "<pad>", "<|endoftext|>", "<|pad|>")
@@ -57,15 +60,15 @@ class TextEncoder:
         self.max_len = max_len
         self.truncate = truncate
         self.model = model
-        self._variants: dict[tuple[str, str], Any] = {}
+        self._variants: dict[tuple[str, str], Tokenizer] = {}
         self._lock = threading.Lock()
         self.pad_id = next((i for t in PAD_TOKENS if (i := self._base.token_to_id(t)) is not None), 0)
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         return self._base
 
-    def _variant(self, strategy: str, direction: str) -> Any:
+    def _variant(self, strategy: str, direction: str) -> Tokenizer:
         key = (strategy, direction)
         tok = self._variants.get(key)
         if tok is None:
@@ -94,8 +97,8 @@ class TextEncoder:
         cut = [i for i, e in enumerate(encs) if e.overflowing]
         if cut and not (self.truncate if truncate is None else truncate):
             i = cut[0]
-            full = len(self._base.encode(*((batch[i],) if pairs is None else batch[i]),
-                                         add_special_tokens=add_special_tokens).ids)
+            first, second = (texts[i], None) if pairs is None else (texts[i], pairs[i])
+            full = len(self._base.encode(first, second, add_special_tokens=add_special_tokens).ids)
             raise InputError(f"{param}[{i}] has {full} tokens but max_len is {self.max_len}; "
                              "shorten it or allow truncation (truncate: true)", param=f"{param}[{i}]",
                              model=self.model or None)
@@ -139,8 +142,9 @@ class FeedBuilder:
             n = len(row)
             input_ids[i, :n] = row
             mask[i, :n] = 1
-            if types is not None and type_ids is not None and type_ids[i] is not None:
-                types[i, :n] = type_ids[i]
+            row_types = type_ids[i] if type_ids is not None else None
+            if types is not None and row_types is not None:
+                types[i, :n] = row_types
         feeds: dict[str, Array] = {"input_ids": input_ids}
         if "attention_mask" in self.inputs:
             feeds["attention_mask"] = mask.astype(self.inputs["attention_mask"].dtype, copy=False)
@@ -150,7 +154,8 @@ class FeedBuilder:
             pos = np.where(mask == 1, np.cumsum(mask, axis=1) - 1, 1)
             feeds["position_ids"] = pos.astype(self.inputs["position_ids"].dtype, copy=False)
         for t in self.past:
-            feeds[t.name] = np.zeros((rows, t.shape[1], 0, t.shape[3]), dtype=t.dtype)
+            heads, head_dim = int(t.shape[1] or 0), int(t.shape[3] or 0)  # fixed ints, checked at load
+            feeds[t.name] = np.zeros((rows, heads, 0, head_dim), dtype=t.dtype)
         return feeds
 
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -18,6 +18,8 @@ from ..engine.registry import Registry
 from ..engine.scheduler import Runner, Scheduler
 from ..pipelines.base import RowPipeline, Work
 from .metrics import Metrics
+
+R = TypeVar("R")
 
 
 @dataclass
@@ -31,7 +33,7 @@ class ServerState:
     metrics: Metrics
     started: float = field(default_factory=time.time)
 
-    async def infer(self, model: LoadedModel, plan: Callable[..., Work[Any]], *args: Any, **kwargs: Any) -> Any:
+    async def infer(self, model: LoadedModel, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
         """plan(*args, **kwargs) → Work, its rows run, its answer built. Batching off: all of it in one thread hop
         on a replica. Batching on: tokenized on the prep pool, then the rows go through the model's scheduler,
         whose worker builds the answer after the request's last forward (two hops)."""
@@ -40,12 +42,12 @@ class ServerState:
         if scheduler.batching:
             loop = asyncio.get_running_loop()
             work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
-            result = await scheduler.submit(work.rows, work.costs, work.finish)
+            result: R = await scheduler.submit(work.rows, work.costs, work.finish)
             timing = work.timing
         else:
-            planned: list[Work[Any]] = []
+            planned: list[Work[R]] = []
 
-            def whole(runner: Runner) -> Any:
+            def whole(runner: Runner) -> R:
                 planned.append(plan(*args, **kwargs))
                 return pipe.run(planned[0], runner)
 

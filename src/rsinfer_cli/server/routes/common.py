@@ -33,8 +33,7 @@ class Call:
         return pipe
 
     async def infer(self, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
-        result: R = await self.state.infer(self.model, plan, *args, **kwargs)
-        return result
+        return await self.state.infer(self.model, plan, *args, **kwargs)
 
 
 async def begin(request: web.Request, kind: str, named: bool = True) -> Call:
