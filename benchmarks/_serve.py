@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -18,14 +19,19 @@ def free_port() -> int:
 class Serve:
     """`rsinfer serve` on 127.0.0.1:<port> with the given config text (its `server.bind` is set here)."""
 
-    def __init__(self, models_yaml: str, tmp: Path, server_yaml: str = "", name: str = "bench") -> None:
+    def __init__(self, models_yaml: str, tmp: Path, server_yaml: str = "", name: str = "bench",
+                 src: Path | None = None) -> None:
+        """`src`: run the rsinfer_cli package found there (another checkout's src/) instead of this one."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = tmp / f"{name}.yaml"
         extra = f", {server_yaml}" if server_yaml else ""
         cfg.write_text(f"server: {{bind: '127.0.0.1:{self.port}'{extra}}}\nmodels:\n{models_yaml}")
+        env = dict(os.environ)
+        if src is not None:
+            env["PYTHONPATH"] = f"{src}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(src)
         self.proc = subprocess.Popen([sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg),
-                                      "--log-level", "warning"], stderr=subprocess.PIPE, text=True)
+                                      "--log-level", "warning"], stderr=subprocess.PIPE, text=True, env=env)
         assert self.proc.stderr is not None
         deadline = time.monotonic() + 120
         for line in self.proc.stderr:

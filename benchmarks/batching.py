@@ -145,7 +145,8 @@ async def drive(url: str, route: str, bodies: list[dict], clients: int, max_s: f
     await asyncio.gather(*(client(k < 4) for k in range(clients)))
     elapsed = time.perf_counter() - t0
     return {"requests": len(lat), "errors": errors, "rps": len(lat) / elapsed,
-            "p50_ms": float(np.percentile(lat, 50) * 1000) if lat else 0.0}
+            "p50_ms": float(np.percentile(lat, 50) * 1000) if lat else 0.0,
+            "p95_ms": float(np.percentile(lat, 95) * 1000) if lat else 0.0}
 
 
 def workloads() -> dict[str, tuple[str, list[dict], int, int]]:

@@ -228,6 +228,27 @@ def test_rows_waiting_too_long_get_a_timeout():
     assert run(main()) == [[1]]  # the expired row never ran
 
 
+def test_request_larger_than_the_queue_runs_alone_in_slices():
+    async def main():
+        fake = FakeForward()
+        fake.hold.clear()
+        b = await make(fake, workers=1, max_rows=3, queue_rows=4)
+        holder = asyncio.create_task(b.submit(rows(1, start=50)))  # the replica is busy: no shortcut
+        await wait_entered(fake, 1)
+        big = asyncio.create_task(b.submit(rows(5, 1, 4, 2, 3, 6, 7, 1, 2, 3)))  # 10 rows > the queue's 4
+        await asyncio.sleep(0)
+        assert b.queued_rows == 0 and b.waiting == 1  # queued as one direct job, not as rows
+        fake.hold.set()
+        await holder
+        out, _ = await big
+        b.stop()
+        return fake.calls, out
+
+    calls, out = run(main())
+    assert out == [(1 + i) * n for i, n in enumerate([5, 1, 4, 2, 3, 6, 7, 1, 2, 3])]  # in the request's order
+    assert calls == [[1], [1, 1, 2], [2, 3, 3], [4, 5, 6], [7]]  # max_rows slices, shortest first
+
+
 def test_concurrent_requests_share_forwards():
     async def main():
         fake = FakeForward()
@@ -314,15 +335,9 @@ def test_request_larger_than_the_queue_takes_the_direct_path(shared_models):
                                     "replicas": 1, "batching": {"max_rows": 3, "queue_rows": 4}}]})
     docs = [f"document number {i} " * (i + 1) for i in range(10)]
     with ServerThread(cfg) as srv:
-        scheduler = srv.state.schedulers["r"]
-        direct = []
-        run = scheduler.run
-        scheduler.run = lambda fn: direct.append(fn) or run(fn)
         with httpx.Client(base_url=srv.url, timeout=60) as c:
             big = c.post("/v1/rerank", json={"query": "q", "documents": docs}).json()
-            assert len(direct) == 1  # 10 rows > the queue's 4: never queued, run alone in max_rows slices
             small = c.post("/v1/rerank", json={"query": "q", "documents": docs[:3]}).json()
-            assert len(direct) == 1  # 3 rows fit: batched
         direct = srv.state.pipelines["r"].rerank("q", docs).scores
     assert {r["index"]: r["relevance_score"] for r in big["results"]} == \
         pytest.approx({i: float(s) for i, s in enumerate(direct)}, abs=1e-6)

@@ -143,6 +143,12 @@ class Scheduler:
                 self._fail(job, PoolTimeout(f"model '{self.name}' is shutting down", model=self.name))
 
     @property
+    def free(self) -> bool:
+        """A replica is idle and nothing waits: a request now would start at once."""
+        self._purge()
+        return bool(self._idle) and not self._queue
+
+    @property
     def waiting(self) -> int:
         """Requests queued and not yet started."""
         return sum(1 for j in self._queue if not j.done and j.started is None)

@@ -34,12 +34,13 @@ class ServerState:
     started: float = field(default_factory=time.time)
 
     async def infer(self, model: LoadedModel, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
-        """plan(*args, **kwargs) → Work, its rows run, its answer built. Batching off: all of it in one thread hop
-        on a replica. Batching on: tokenized on the prep pool, then the rows go through the model's scheduler,
-        whose worker builds the answer after the request's last forward (two hops)."""
+        """plan(*args, **kwargs) → Work, its rows run, its answer built. When a replica is free (or batching is off):
+        all of it in one thread hop on that replica - there is nothing to batch with. Else tokenized on the prep
+        pool, then the rows join the model's batching queue, and the worker that runs the request's last forward
+        builds the answer (two hops)."""
         pipe = self.pipelines[model.name]
         scheduler = self.schedulers[model.name]
-        if scheduler.batching:
+        if scheduler.batching and not scheduler.free:
             loop = asyncio.get_running_loop()
             work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
             result: R = await scheduler.submit(work.rows, work.costs, work.finish)
