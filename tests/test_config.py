@@ -225,3 +225,12 @@ def test_typo_fails_fast_with_exit_code_2(tmp_path):
     assert "models[0].replicaz: unknown key (did you mean 'replicas'?)" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert elapsed < 5  # generous for a loaded CI box; typically ~0.3 s
+
+
+def test_max_batch_is_rs_infers_name_for_max_rows(caplog):
+    cfg = parse_config({"models": [{"name": "a", "kind": "embedding", "hf": "o/a", "max_batch": 5},
+                                   {"name": "b", "kind": "embedding", "hf": "o/b", "max_batch": 5,
+                                    "batching": {"max_rows": 9}}]})
+    assert cfg.models[0].batching.max_rows == 5  # the alias sets the one knob
+    assert cfg.models[1].batching.max_rows == 9  # both given: max_rows wins, and the log says so
+    assert "models[1].max_batch (5) is ignored" in caplog.text

@@ -138,6 +138,19 @@ class TestLabelOrder:
             nli(dst)
         assert nli(dst, entailment_label="yes", contradiction_label="no").entail == 0
 
+    @pytest.mark.parametrize(("id2label", "message"), [
+        ({"zero": "contradiction", "1": "neutral", "2": "entailment"}, "id2label keys must be integers"),
+        ({"0": "contradiction", "1": "neutral", "5": "entailment"}, r"id2label keys must be 0..2, got \[0, 1, 5\]"),
+    ])
+    def test_malformed_id2label_is_a_load_error(self, shared_models, tmp_path, id2label, message):
+        dst = tmp_path / "nli-keys"
+        shutil.copytree(shared_models / "tiny-nli", dst, ignore=shutil.ignore_patterns("reference.json"))
+        cfg = json.loads((dst / "config.json").read_text())
+        cfg["id2label"] = id2label
+        (dst / "config.json").write_text(json.dumps(cfg))
+        with pytest.raises(ModelLoadError, match=message):  # the same parser as PII: never a raw ValueError
+            nli(dst)
+
 
 QUESTIONS = [
     ("Is this email important?", "This email is important."),

@@ -174,6 +174,14 @@ class TestErrors:
         assert_error(client.post("/v1/embeddings", json={"model": "gpt", "input": "a"}), 404, "model_not_found",
                      "model", "model 'gpt' not found")
 
+    def test_max_texts_is_configurable(self, shared_models, registry):
+        with ServerThread(make_config(shared_models, max_texts=2), registry) as srv, \
+                httpx.Client(base_url=srv.url) as c:
+            assert c.post("/v1/embeddings", json={"input": ["a", "b"]}).status_code == 200
+            assert_error(c.post("/v1/embeddings", json={"input": ["a"] * 3}), 413, "invalid_request_error",
+                         "input", "at most 2 per request (server.max_texts)")
+            assert_error(c.post("/embed", json={"inputs": ["a"] * 3}), 413, "invalid_request_error", "inputs")
+
     def test_route_and_method(self, client):
         assert_error(client.get("/v2/nothing"), 404, "not_found_error")
         r = client.get("/v1/embeddings")
@@ -182,7 +190,7 @@ class TestErrors:
 
     def test_too_many_inputs_413(self, client):
         assert_error(client.post("/v1/embeddings", json={"input": ["a"] * 2049}), 413, "invalid_request_error",
-                     "input", "2049 items")
+                     "input", "2049 items; at most 2048 per request (server.max_texts)")
 
 
 class TestLimits:
