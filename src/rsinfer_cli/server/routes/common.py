@@ -45,6 +45,15 @@ async def begin(request: web.Request, kind: str, named: bool = True) -> Call:
     return Call(state, body, model)
 
 
+def check_count(call: Call, key: str, n: int) -> None:
+    """At most `server.max_texts` texts in one request's `key` (else 413 naming the limit)."""
+    from ...errors import PayloadTooLarge
+
+    limit = call.state.config.server.max_texts
+    if n > limit:
+        raise PayloadTooLarge(f"`{key}` has {n} items; at most {limit} per request (server.max_texts)", param=key)
+
+
 def usage(tokens: int) -> dict[str, int]:
     """OpenAI's `usage` object (prompt tokens only: nothing is generated)."""
     return {"prompt_tokens": tokens, "total_tokens": tokens}

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from ...errors import InputError, PayloadTooLarge
+from ...errors import InputError
 from ...pipelines.embedding import EmbeddingPipeline
 from ..request import text_or_token_input
-from .common import Call, begin, json_response, truncation_direction, truncation_headers, usage
+from .common import Call, begin, check_count, json_response, truncation_direction, truncation_headers, usage
 
 routes = web.RouteTableDef()
 # `rsinfer bench --url`: a request body for each route, from texts
@@ -20,10 +20,7 @@ BENCH = {"/v1/embeddings": lambda texts: {"input": texts}, "/embed": lambda text
 
 def _inputs(call: Call, key: str) -> tuple[list[str] | None, list[list[int]] | None, bool]:
     texts, ids, single = text_or_token_input(call.body.data.get(key), key)
-    n = len(texts if texts is not None else ids or [])
-    limit = call.state.config.server.max_texts
-    if n > limit:
-        raise PayloadTooLarge(f"`{key}` has {n} items; at most {limit} per request (server.max_texts)", param=key)
+    check_count(call, key, len(texts if texts is not None else ids or []))
     return texts, ids, single
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from aiohttp import web
 
-from ...errors import InputError, PayloadTooLarge
+from ...errors import InputError
 from ...pipelines.pii import PiiPipeline
 from ..request import Body
-from .common import Call, begin, json_response, usage
+from .common import Call, begin, check_count, json_response, usage
 
 routes = web.RouteTableDef()
 BENCH = {route: (lambda texts: {"texts": texts}) for route in
@@ -24,10 +24,8 @@ def _texts(call: Call) -> tuple[list[str], bool]:
     texts = body.str_list("texts", None)
     if (text is None) == (not texts):
         raise InputError("provide exactly one of `text` or non-empty `texts`", param="text" if texts else "texts")
-    limit = call.state.config.server.max_texts
-    if texts and len(texts) > limit:
-        raise PayloadTooLarge(f"`texts` has {len(texts)} items; at most {limit} per request (server.max_texts)",
-                              param="texts")
+    if texts:
+        check_count(call, "texts", len(texts))
     return ([text], False) if text is not None else (texts, True)
 
 

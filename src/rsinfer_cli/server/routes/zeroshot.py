@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ...errors import InputError, PayloadTooLarge
+from ...errors import InputError
 from ...pipelines.zeroshot import ZeroShotPipeline, assertion_for
-from .common import Call, begin, json_response, usage
+from .common import Call, begin, check_count, json_response, usage
 
 routes = web.RouteTableDef()
 LABELS = ["billing", "shipping", "refund", "other"]
@@ -24,10 +24,7 @@ def _input(call: Call) -> tuple[list[str], bool]:
         return [value], True
     if not value:
         raise InputError("`input` is empty", param="input")
-    limit = call.state.config.server.max_texts
-    if len(value) > limit:
-        raise PayloadTooLarge(f"`input` has {len(value)} texts; at most {limit} per request (server.max_texts)",
-                              param="input")
+    check_count(call, "input", len(value))
     return value, False
 
 
