@@ -7,7 +7,7 @@ Same machine, same run, same texts; all-MiniLM-L6-v2 fp32, two replicas x one in
     session.run -> mean pooling -> normalise) at batch 1 with one thread; the difference is what HTTP adds;
   - throughput: 64 clients x 1 short query and 8 clients x 16 mixed texts, as a ratio to the ceiling: the same
     texts in-process in length-sorted batches of the best size on two sessions x one thread;
-  - fairness: 128 clients x 1 short query, p95 / p50.
+  - fairness: 128 and 256 clients x 1 short query, p95 / p50.
 The load generator is a bare asyncio HTTP/1.1 client on 127.0.0.1 in this process; every loop is bounded.
 """
 
@@ -72,13 +72,15 @@ def measure(url: str, short: list[str], mixed_texts: list[str], max_s: float) ->
         "64x1": asyncio.run(drive(url, "/v1/embeddings", one, 64, max_s)),
         "8x16": asyncio.run(drive(url, "/v1/embeddings", groups, 8, max_s)),
         "128x1": asyncio.run(drive(url, "/v1/embeddings", one, 128, max_s)),
+        "256x1": asyncio.run(drive(url, "/v1/embeddings", one, 256, max_s)),
     }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--before-src", type=Path, help="src/ of the checkout to compare against (the 'before')")
-    ap.add_argument("--max-seconds", type=float, default=20, help="per workload and server")
+    ap.add_argument("--max-seconds", type=float, default=15, help="per workload and server")
+    ap.add_argument("--rounds", type=int, default=2, help="before/after pairs, interleaved (drift shows)")
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     args = ap.parse_args()
     short = queries(4000, 1)
@@ -89,28 +91,31 @@ def main() -> int:
     runs: dict[str, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         versions = ([("before", args.before_src)] if args.before_src else []) + [("after", None)]
-        for label, src in versions:
-            srv = server(Path(tmp), src, label)
-            try:
-                runs[label] = measure(srv.url, short, mixed_texts, args.max_seconds)
-            finally:
-                srv.stop()
+        for k in range(1, max(args.rounds, 1) + 1):  # interleaved: before, after, before, after, …
+            for label, src in versions:
+                srv = server(Path(tmp), src, label)
+                try:
+                    runs[f"{label} #{k}"] = measure(srv.url, short, mixed_texts, args.max_seconds)
+                finally:
+                    srv.stop()
     lines = ["", "## Engine: one scheduler per model (issue: one engine for every family)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/engine.py --before-src "
-             "<old checkout>/src` (one run; both servers are all-MiniLM-L6-v2 fp32, two replicas x one thread, "
+             f"<old checkout>/src` (one run, {args.rounds} interleaved rounds of {args.max_seconds:.0f} s per "
+             "workload; both servers are all-MiniLM-L6-v2 fp32, two replicas x one thread, "
              "batching on). Raw in-process pipeline at batch 1, one thread: "
              f"p50 {raw_p50:.2f} ms. Ceiling (same texts, length-sorted batches of the best size, two sessions x "
              f"one thread): {ceil_short:.1f} texts/s short queries (batch {b_short}), {ceil_mixed:.1f} texts/s "
              f"mixed (batch {b_mixed}).", "",
              "| server | 1 client p50 (ms) | HTTP adds (ms) | 64x1 texts/s | / ceiling | 8x16 texts/s | / ceiling "
-             "| 128x1 p50 (ms) | 128x1 p95 (ms) | p95 / p50 | errors |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| 128x1 texts/s | 128x1 p50 / p95 (ms) | p95 / p50 | 256x1 p95 / p50 | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, r in runs.items():
-        lat, a, b, c = r["latency"], r["64x1"], r["8x16"], r["128x1"]
+        lat, a, b, c, d = r["latency"], r["64x1"], r["8x16"], r["128x1"], r["256x1"]
         errors = sum(x["errors"] for x in r.values())
         lines.append(f"| {label} | {lat['p50_ms']:.2f} | {lat['p50_ms'] - raw_p50:+.2f} | {a['rps']:.1f} | "
                      f"{a['rps'] / ceil_short:.2f} | {b['rps'] * 16:.1f} | {b['rps'] * 16 / ceil_mixed:.2f} | "
-                     f"{c['p50_ms']:.1f} | {c['p95_ms']:.1f} | {c['p95_ms'] / max(c['p50_ms'], 1e-9):.2f} | "
+                     f"{c['rps']:.1f} | {c['p50_ms']:.1f} / {c['p95_ms']:.1f} | "
+                     f"{c['p95_ms'] / max(c['p50_ms'], 1e-9):.2f} | {d['p95_ms'] / max(d['p50_ms'], 1e-9):.2f} | "
                      f"{errors} |")
     lines.append("")
     text = "\n".join(lines)
