@@ -221,7 +221,12 @@ def main() -> int:
                     f"| {ratio} | {r['p50_on_ms']:.1f} | {r['p50_off_ms']:.1f} | {r['errors']} |")
     lat = next(r for r in rows if "latency" in r["workload"])
     text += ["", f"One client, one text: p50 with batching on / off = {lat['p50_on_ms'] / lat['p50_off_ms']:.2f}.", ""]
-    args.out.write_text("\n".join(text))
+    kept = ""  # sections other scripts append (benchmarks/engine.py) survive a rerun of this one
+    if args.out.exists():
+        existing = args.out.read_text(encoding="utf-8")
+        at = existing.find("\n## ")
+        kept = existing[at:] if at >= 0 else ""
+    args.out.write_text("\n".join(text) + kept)
     print("\n".join(text))
     return 0
 
