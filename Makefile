@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CONFIG ?= config.example.yaml
 PIP := $(BIN)/python -m pip
 
-.PHONY: install dev test lint serve completions man cpu gpu-cuda gpu-trt mac-coreml openvino clean
+.PHONY: install dev test lint serve completions man proto cpu gpu-cuda gpu-trt mac-coreml openvino clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,16 @@ serve: install                ## start the daemon on $(CONFIG) (models are pulle
 
 completions man: dev          ## regenerate completions/ and man/ from the CLI (a test diffs them)
 	$(BIN)/python -m rsinfer_cli.cli.docgen .
+
+KSERVE := src/rsinfer_cli/server/kserve
+proto: dev                    ## regenerate the committed KServe v2 gRPC modules from $(KSERVE)/kserve.proto
+	$(PIP) install -q grpcio-tools
+	$(BIN)/python -m grpc_tools.protoc -I $(KSERVE) --python_out=$(KSERVE) --pyi_out=$(KSERVE) \
+		--grpc_python_out=$(KSERVE) kserve.proto
+	# a private descriptor pool: tritonclient registers the same `inference.*` names in the default one
+	sed -i 's/_descriptor_pool.Default().AddSerializedFile(/_POOL.AddSerializedFile(/; s/^_sym_db = /_POOL = _descriptor_pool.DescriptorPool()\n_sym_db = /' \
+		$(KSERVE)/kserve_pb2.py
+	sed -i 's/^import kserve_pb2 as/from . import kserve_pb2 as/' $(KSERVE)/kserve_pb2_grpc.py
 
 # Execution-provider profiles: which onnxruntime wheel is installed decides which EPs exist
 # (the Python counterpart of rs-infer's compile-time features). They all provide the `onnxruntime`

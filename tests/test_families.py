@@ -71,7 +71,7 @@ def forwards(srv: ServerThread) -> tuple[float, float]:
     text = httpx.get(srv.url + "/metrics").text
 
     def value(name: str) -> float:
-        m = re.search(rf'^{name}{{model="adder"}} ([0-9.e+]+)$', text, re.M)
+        m = re.search(rf'^{name}{{model="adder",version=""}} ([0-9.e+]+)$', text, re.M)
         return float(m.group(1)) if m else 0.0
 
     return value("rsinfer_batch_rows_count"), value("rsinfer_batch_rows_sum")
@@ -110,7 +110,7 @@ def test_toy_family_served_through_the_scheduler(toy, shared_models, batching):
 def test_served_kinds_and_bench_bodies_come_from_the_registry(toy):
     from rsinfer_cli.cli.bench import request_body
 
-    assert "toy" in families.served_kinds() and "tensor" not in families.served_kinds()
+    assert {"toy", "tensor", "embedding"} <= set(families.served_kinds())
     assert request_body("/toy/add-one", "adder", ["a", "b"]) == {"rows": [[0.0] * 4] * 2, "model": "adder"}
     assert request_body("/v1/embeddings", None, ["a"]) == {"input": ["a"]}
 
@@ -157,10 +157,15 @@ def test_guess_kind(hf_config, has_tokenizer, kind):
     assert families.guess_kind(hf_config, has_tokenizer)[0] == kind
 
 
-def test_serve_still_refuses_tensor(shared_models):
+def test_serve_refuses_a_kind_without_routes_before_loading(tmp_path):
+    """`serve` checks the kinds first: a family without routes is refused naming the model, before any load."""
     from rsinfer_cli.server.app import check_served
 
-    cfg = parse_config({"models": [{"name": "t", "kind": "tensor",
-                                    "path": str(shared_models / "tensor-models" / "add_one")}]})
-    with pytest.raises(ConfigError, match=r"models\[0\] 't' \(tensor\)"):
-        check_served(cfg)
+    families.register(families.Family(kind="routeless", summary="no routes", pipeline=ToyPipeline,
+                                      needs_tokenizer=False))
+    try:
+        cfg = parse_config({"models": [{"name": "t", "kind": "routeless", "path": str(tmp_path / "missing")}]})
+        with pytest.raises(ConfigError, match=r"models\[0\] 't' \(routeless\)"):
+            check_served(cfg)
+    finally:
+        families.unregister("routeless")

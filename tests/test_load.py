@@ -79,7 +79,7 @@ def test_overload_is_shed_with_typed_errors(shared_models, tmp_path):
                 assert body["error"]["type"] == {429: "rate_limit_error", 503: "timeout_error"}[status]
         assert rss_mib(srv.proc.pid) - base < 400  # bounded queues: memory does not grow with the load
         text = httpx.get(srv.url + "/metrics", timeout=10).text
-        assert metric(text, 'rsinfer_batch_rows_count{model="mini"}') > 0
+        assert metric(text, 'rsinfer_batch_rows_count{model="mini",version=""}') > 0
         assert 'rsinfer_http_requests_total{route="/v1/embeddings",status="429"}' in text
         assert httpx.get(srv.url + "/health", timeout=10).status_code == 200  # and it recovers
     finally:

@@ -68,6 +68,19 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
+class VersionConfig:
+    """One version of a model: its own source, and its share of the requests that name no version."""
+
+    version: str
+    hf: str | None = None
+    path: str | None = None
+    revision: str = "main"
+    subfolder: str | None = None
+    file: str | None = None
+    weight: int | None = _opt(None, ge=0, le=100)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     name: str
     kind: str = field(metadata={"choices": lambda: _families().kinds()})
@@ -107,7 +120,21 @@ class ModelConfig:
     pii_hash_salt: str | None = None
     pii_recognizers: tuple[str, ...] = _opt(("email", "url", "ip_address", "ssn", "credit_card"),
                                             choices=("email", "url", "ip_address", "ssn", "credit_card"))
+    # tensor
+    max_batch_size: int = _opt(0, ge=0)    # > 0: dimension 0 is the batch; requests are batched up to this many rows
     batching: BatchingConfig = field(default_factory=BatchingConfig)
+    # versions: each loads as its own model; requests naming none are routed by weight (or default_version)
+    versions: tuple[VersionConfig, ...] = ()
+    default_version: str | None = None
+    version: str | None = field(default=None, metadata={"internal": True})   # set on each loaded version
+
+    def version_configs(self) -> list[ModelConfig]:
+        """One config per version (the entry itself when it has none)."""
+        if not self.versions:
+            return [self]
+        return [dataclasses.replace(self, hf=v.hf, path=v.path, revision=v.revision, subfolder=v.subfolder or
+                                    self.subfolder, file=v.file or self.file, versions=(), version=v.version)
+                for v in self.versions]
 
     @property
     def source(self) -> str:
@@ -296,7 +323,9 @@ def _check_models(cfg_models: list[Any], raw_models: list[Any], errs: _Errors) -
                 errs.add(f"{where}.{key}", f"applies to kind {owner} only; model '{m.name}' is kind {m.kind}")
             elif key in fams.TEXT_FIELDS and not family.needs_tokenizer:
                 errs.add(f"{where}.{key}", f"applies to text models only; model '{m.name}' is kind {m.kind}")
-        if (m.hf is None) == (m.path is None):
+        if m.versions:
+            _check_versions(m, where, errs)
+        elif (m.hf is None) == (m.path is None):
             both = "both are set" if m.hf else "neither is set"
             errs.add(where, f"model '{m.name}': exactly one of `hf` or `path` must be set ({both})")
         if not m.name or not m.name.strip():
@@ -308,6 +337,31 @@ def _check_models(cfg_models: list[Any], raw_models: list[Any], errs: _Errors) -
         tpl = m.hypothesis_template
         if "{label}" not in tpl and "{}" not in tpl:
             errs.add(f"{where}.hypothesis_template", f"must contain {{label}} or {{}}, got {tpl!r}")
+
+
+def _check_versions(m: ModelConfig, where: str, errs: _Errors) -> None:
+    if m.hf is not None or m.path is not None:
+        errs.add(where, f"model '{m.name}': with `versions`, set `hf` or `path` on each version, not on the model")
+    seen: dict[str, int] = {}
+    for k, v in enumerate(m.versions):
+        at = f"{where}.versions[{k}]"
+        if not v.version.strip():
+            errs.add(f"{at}.version", "must not be empty")
+        elif v.version in seen:
+            errs.add(f"{at}.version", f"duplicate version '{v.version}' (also versions[{seen[v.version]}])")
+        seen.setdefault(v.version, k)
+        if (v.hf is None) == (v.path is None):
+            errs.add(at, f"version '{v.version}': exactly one of `hf` or `path` must be set")
+    weights = [v.weight for v in m.versions]
+    if any(w is not None for w in weights):
+        if any(w is None for w in weights):
+            errs.add(f"{where}.versions", "either every version has a `weight` or none has")
+        elif sum(w or 0 for w in weights) != 100:
+            errs.add(f"{where}.versions", f"weights must sum to 100, got {sum(w or 0 for w in weights)} "
+                                          f"({' + '.join(str(w) for w in weights)})")
+    if m.default_version is not None and m.default_version not in seen:
+        errs.add(f"{where}.default_version", f"'{m.default_version}' is not one of the versions "
+                                             f"({', '.join(seen)})")
 
 
 def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None) -> Config:
@@ -349,6 +403,10 @@ def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None
                         "on every path", file, i, m.max_batch, given)
             if m is not None and m.path and base_dir is not None and not os.path.isabs(m.path):
                 m = dataclasses.replace(m, path=str(base_dir / m.path))
+            if m is not None and m.versions and base_dir is not None:
+                m = dataclasses.replace(m, versions=tuple(
+                    dataclasses.replace(v, path=str(base_dir / v.path)) if v.path and not os.path.isabs(v.path)
+                    else v for v in m.versions))
             models.append(m)
         _check_models(models, raw_models, errs)
     errs.raise_if_any()

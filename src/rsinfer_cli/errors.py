@@ -10,6 +10,7 @@
     │   ├── PayloadTooLarge           invalid_request_error  too many rows / documents
     │   └── TokenizeError             invalid_request_error  the tokenizer rejected the input
     ├── ModelNotFound                 model_not_found
+    │   └── VersionNotFound           model_not_found     the model has no such version
     ├── Saturated                     rate_limit_error    waiter budget of a model exhausted
     ├── PoolTimeout                   timeout_error       waited too long for a session slot
     └── InferenceError                server_error        the forward failed
@@ -68,6 +69,10 @@ class TokenizeError(InputError):
 
 class ModelNotFound(RsinferError):
     type = "model_not_found"
+
+
+class VersionNotFound(ModelNotFound):
+    pass
 
 
 class Saturated(RsinferError):

@@ -155,6 +155,7 @@ register(_builtin("zeroshot", "zero-shot and true/false classification over NLI"
                   _is_zeroshot, 20))
 register(_builtin("pii", "PII detection and redaction", "PiiPipeline", ["redact", "detect"],
                   ["threshold", "pii_hash_salt", "pii_recognizers"], _is_pii, 10))
-register(Family(kind="tensor", summary="any ONNX graph as raw tensors (routes: not yet built)",
-                pipeline="rsinfer_cli.pipelines.tensor:TensorPipeline", needs_tokenizer=False,
-                recognise=_is_tensor, priority=0))
+register(Family(kind="tensor", summary="any ONNX graph as named tensors (KServe v2 REST and gRPC, /infer, /batch)",
+                pipeline="rsinfer_cli.pipelines.tensor:TensorPipeline",
+                routes="rsinfer_cli.server.routes.tensor:routes", bench="rsinfer_cli.server.routes.tensor:BENCH",
+                needs_tokenizer=False, config_fields=("max_batch_size",), recognise=_is_tensor, priority=0))

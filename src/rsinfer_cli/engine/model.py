@@ -118,6 +118,15 @@ class LoadedModel:
         return self.config.kind
 
     @property
+    def version(self) -> str | None:
+        return self.config.version
+
+    @property
+    def key(self) -> str:
+        """Unique among the loaded models: the name, with `:version` for a version of a versioned model."""
+        return self.name if self.version is None else f"{self.name}:{self.version}"
+
+    @property
     def replicas(self) -> int:
         return len(self.sessions)
 
@@ -161,7 +170,7 @@ class LoadedModel:
             "execution_providers": self.providers, "eps_requested": list(self.eps.requested),
             "eps_skipped": [{"ep": ep, "reason": why} for ep, why in self.eps.skipped],
             "replicas": self.replicas, "max_len": self.max_len, "max_len_source": self.max_len_source,
-            "default": self.config.default,
+            "default": self.config.default, "version": self.version,
         }
 
 

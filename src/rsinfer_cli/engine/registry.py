@@ -1,71 +1,126 @@
-"""All configured models, loaded in parallel; start-up fails when any of them fails."""
+"""All configured models (every version of each), loaded in parallel; start-up fails when any of them fails.
+A request names a model (or gets its kind's default) and optionally a version; a versioned model routes the
+requests that name none by weight, with a smooth weighted round-robin, so the shares hold over any short run."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..config import Config
-from ..errors import InputError, KindMismatch, ModelLoadError, ModelNotFound, RsinferError
+from ..config import Config, ModelConfig
+from ..errors import InputError, KindMismatch, ModelLoadError, ModelNotFound, RsinferError, VersionNotFound
 from .model import LoadedModel, load_model
 
 log = logging.getLogger("rsinfer.engine")
 
 
+class VersionRouter:
+    """Which version answers a request that names none: by weight (smooth weighted round-robin, as nginx does:
+    deterministic, and 70/30 holds over every 10 consecutive picks), else `default_version`, else the last."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.versions = [v.version for v in config.versions]
+        self.weights = [v.weight or 0 for v in config.versions]
+        self.weighted = any(self.weights)
+        self.fallback = config.default_version or (self.versions[-1] if self.versions else None)
+        self._current = [0] * len(self.versions)
+        self._lock = threading.Lock()   # the gRPC and HTTP fronts share one router
+
+    def pick(self) -> str | None:
+        if not self.weighted:
+            return self.fallback
+        with self._lock:
+            total = sum(self.weights)
+            for i, w in enumerate(self.weights):
+                self._current[i] += w
+            best = max(range(len(self.versions)), key=lambda i: self._current[i])
+            self._current[best] -= total
+            return self.versions[best]
+
+
 class Registry:
-    def __init__(self, models: dict[str, LoadedModel]) -> None:
-        self.models = dict(sorted(models.items()))
-        self.defaults: dict[str, str] = {}
-        by_kind: dict[str, list[LoadedModel]] = {}
+    def __init__(self, models: dict[str, LoadedModel], configs: dict[str, ModelConfig] | None = None) -> None:
+        self.models = dict(sorted(models.items()))                   # by key (name, or name:version)
+        self.entries: dict[str, list[LoadedModel]] = {}              # by name: its versions, in config order
         for m in models.values():
-            by_kind.setdefault(m.kind, []).append(m)
-        for kind, group in by_kind.items():
-            flagged = [m for m in group if m.config.default]
+            self.entries.setdefault(m.name, []).append(m)
+        configs = configs or {m.name: m.config for m in models.values()}
+        self.routers = {name: VersionRouter(cfg) for name, cfg in configs.items() if cfg.versions}
+        self.defaults: dict[str, str] = {}
+        by_kind: dict[str, list[str]] = {}
+        for name, versions in self.entries.items():
+            by_kind.setdefault(versions[0].kind, []).append(name)
+        for kind, names in by_kind.items():
+            flagged = [n for n in names if self.entries[n][0].config.default]
             if len(flagged) > 1:
-                log.warning("several %s models have default: true (%s); using '%s'", kind,
-                            ", ".join(m.name for m in flagged), flagged[0].name)
-            if flagged or len(group) == 1:
-                self.defaults[kind] = (flagged or group)[0].name
+                log.warning("several %s models have default: true (%s); using '%s'", kind, ", ".join(flagged),
+                            flagged[0])
+            if flagged or len(names) == 1:
+                self.defaults[kind] = (flagged or names)[0]
 
     @classmethod
     def load(cls, config: Config, cache_dir: Path | None = None, max_workers: int = 4) -> Registry:
         cache = cache_dir or config.hf_cache_dir()
-        order = {m.name: i for i, m in enumerate(config.models)}
+        jobs: list[tuple[str, ModelConfig]] = []
+        for i, m in enumerate(config.models):
+            for k, vc in enumerate(m.version_configs()):
+                where = f"model '{m.name}' (models[{i}])" if vc.version is None else \
+                    f"model '{m.name}' version '{vc.version}' (models[{i}].versions[{k}])"
+                jobs.append((where, vc))
         loaded: dict[str, LoadedModel] = {}
         failures: list[tuple[str, BaseException]] = []
-        with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(config.models))),
-                                thread_name_prefix="load") as ex:
-            futures = {m.name: ex.submit(load_model, m, config.server, cache) for m in config.models}
-            for name, fut in futures.items():
+        with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(jobs))), thread_name_prefix="load") as ex:
+            futures = [(where, ex.submit(load_model, vc, config.server, cache)) for where, vc in jobs]
+            for where, fut in futures:
                 try:
-                    loaded[name] = fut.result()
+                    model = fut.result()
+                    loaded[model.key] = model
                 except RsinferError as exc:
-                    failures.append((name, exc))
+                    failures.append((where, exc))
                 except Exception as exc:  # noqa: BLE001 - reported with the model's name, never swallowed
-                    failures.append((name, exc))
+                    failures.append((where, exc))
         if failures:
-            failures.sort(key=lambda f: order[f[0]])
-            lines = "\n".join(f"  model '{n}' (models[{order[n]}]): {e}" for n, e in failures)
+            lines = "\n".join(f"  {w}: {e}" for w, e in failures)
             raise ModelLoadError(f"failed to load {len(failures)} model(s):\n{lines}") from failures[0][1]
-        return cls(loaded)
+        return cls(loaded, {m.name: m for m in config.models})
 
-    def get(self, name: str | None, kind: str) -> LoadedModel:
-        """The model a request names, or the default of the route's kind."""
+    def versions(self, name: str) -> list[str]:
+        return [m.version for m in self.entries.get(name, []) if m.version is not None]
+
+    def get(self, name: str | None, kind: str, version: str | None = None) -> LoadedModel:
+        """The model a request names, or the default of the route's kind; the version it names, else the one
+        the model's routing picks."""
         if name is None or name == "":
             default = self.defaults.get(kind)
             if default is None:
-                have = [m.name for m in self.models.values() if m.kind == kind]
+                have = [n for n, v in self.entries.items() if v[0].kind == kind]
                 why = f"several are configured ({', '.join(have)})" if have else "none is configured"
                 raise InputError(f"no default {kind} model configured ({why}); specify `model`", param="model")
-            return self.models[default]
-        model = self.models.get(name)
-        if model is None:
+            name = default
+        versions = self.entries.get(name)
+        if versions is None:
             raise ModelNotFound(f"model '{name}' not found", param="model", model=name)
-        if model.kind != kind:
-            raise KindMismatch(f"model '{name}' is {_a(model.kind)} model but was used for {_a(kind)} request",
+        if versions[0].kind != kind:
+            raise KindMismatch(f"model '{name}' is {_a(versions[0].kind)} model but was used for {_a(kind)} request",
                                param="model", model=name)
-        return model
+        return self.version_of(name, version)
+
+    def version_of(self, name: str, version: str | None = None) -> LoadedModel:
+        """`name` at `version` (None or "": routed); VersionNotFound for a version the model does not have."""
+        versions = self.entries[name]
+        router = self.routers.get(name)
+        if not version:
+            if router is None:
+                return versions[0]
+            version = router.pick()
+        for m in versions:
+            if m.version == version or (m.version is None and version == "1"):
+                return m
+        have = ", ".join(self.versions(name)) or "1"
+        raise VersionNotFound(f"model '{name}' has no version '{version}' (versions: {have})", param="model_version",
+                              model=name)
 
 
 def _a(word: str) -> str:

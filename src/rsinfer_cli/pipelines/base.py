@@ -69,6 +69,11 @@ class RowPipeline:
         self.max_tokens = model.max_tokens
         self.max_padding = model.max_padding
 
+    @property
+    def batching(self) -> bool:
+        """Whether rows of concurrent requests may share forwards (`batching.enabled`)."""
+        return self.model.config.batching.enabled
+
     def forward(self, session: Session, rows: Sequence[Any]) -> list[Any]:
         """Rows (possibly of several requests) → one output per row, on `session` (a worker thread)."""
         raise NotImplementedError

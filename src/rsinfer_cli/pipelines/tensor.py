@@ -1,38 +1,221 @@
-"""`kind: tensor`: any ONNX graph, no tokenizer. Rows are dicts of named arrays along dim 0; the pipeline
-concatenates them into feeds and splits each output back per row. Its routes (KServe v2) are not built yet;
-`inspect` and `bench` use it already."""
+"""`kind: tensor`: any ONNX graph, no tokenizer; named tensors in, named tensors out.
+
+Requests are checked against the graph's signature before any work: known input names, every input present,
+datatype equal, rank and fixed dimensions equal (each failure an InputError naming the input and what was
+expected). With `max_batch_size > 0` dimension 0 of every input is the batch: a request of `[n, ...]` with
+`n <= max_batch_size` is split into `n` rows that the scheduler may batch with other requests' rows (rows are
+concatenated along dimension 0 when their other dimensions agree), and a request that leaves out the batch
+dimension is run as `[1, ...]` and answered without it. With `max_batch_size: 0` a request runs as it is.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..engine.model import sample_feeds
-from ..engine.session import Session
-from .base import Array, RowPipeline
+from ..config import ServerConfig
+from ..engine.model import LoadedModel, sample_feeds
+from ..engine.session import Session, TensorInfo
+from ..errors import InferenceError, InputError, ModelLoadError
+from .base import Array, RowPipeline, Timing, Work
+
+# KServe v2 datatype ↔ the numpy dtype onnxruntime feeds and returns (BYTES = ORT string tensors)
+DATATYPES: dict[str, str] = {
+    "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
+    "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64",
+    "FP16": "float16", "FP32": "float32", "FP64": "float64", "BYTES": "string", "BF16": "bfloat16",
+}
+BY_DTYPE = {v: k for k, v in DATATYPES.items()}
+UNSUPPORTED = {"BF16": "onnxruntime's Python API has no bfloat16 arrays; export the graph with FP16 or FP32 inputs"}
 
 TensorRow = dict[str, Array]
+
+
+def datatype_of(dtype: str) -> str:
+    """The KServe datatype of a graph dtype (numpy-style name, `string` for ORT strings)."""
+    return BY_DTYPE.get(dtype, dtype.upper())
+
+
+def numpy_dtype(datatype: str) -> np.dtype[Any]:
+    if datatype == "BYTES":
+        return np.dtype(object)
+    return np.dtype(DATATYPES[datatype])
+
+
+def kserve_shape(t: TensorInfo) -> list[int]:
+    return [d if isinstance(d, int) and d >= 0 else -1 for d in t.shape]
+
+
+@dataclass
+class TensorResult:
+    outputs: dict[str, Array]   # by output name, in the graph's order
+    timing: Timing
 
 
 class TensorPipeline(RowPipeline):
     kind = "tensor"
 
+    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
+        super().__init__(model, server)
+        self.max_batch_size = model.config.max_batch_size
+        self.inputs = {t.name: t for t in model.graph.inputs}
+        self.outputs = [t.name for t in model.graph.outputs]
+        if self.max_batch_size > 0:
+            for t in model.graph.inputs:
+                if not t.shape or (isinstance(t.shape[0], int) and t.shape[0] > 0):
+                    raise ModelLoadError(
+                        f"model '{model.name}': max_batch_size is {self.max_batch_size} but input '{t.name}' has "
+                        f"shape {list(t.shape)}, without a variable batch dimension 0; set max_batch_size: 0",
+                        model=model.name)
+        # rows per forward: up to max_batch_size requests' rows; a row costs 1 (no token budget here)
+        self.max_rows = max(self.max_batch_size, 1)
+        self.max_tokens = 1 << 30
+        self.max_padding = None
+
+    @property
+    def batching(self) -> bool:
+        """Dynamic batching along dimension 0 needs a batch dimension (`max_batch_size > 0`)."""
+        return self.model.config.batching.enabled and self.max_batch_size > 0
+
     def describe(self) -> dict[str, Any]:
         g = self.model.graph
-        return {"kind": "tensor", "inputs": [t.to_json() for t in g.inputs],
-                "outputs": [t.to_json() for t in g.outputs]}
+        sig = [{"name": t.name, "datatype": datatype_of(t.dtype), "shape": kserve_shape(t)} for t in g.inputs]
+        outs = [{"name": t.name, "datatype": datatype_of(t.dtype), "shape": kserve_shape(t)} for t in g.outputs]
+        return {"kind": "tensor", "max_batch_size": self.max_batch_size, "inputs": sig, "outputs": outs}
+
+    # ------------------------------------------------------------ validation
+
+    def signature(self) -> str:
+        return ", ".join(f"{t.name} ({datatype_of(t.dtype)} {kserve_shape(t)})" for t in self.model.graph.inputs)
+
+    def check_datatype(self, name: str, datatype: str) -> TensorInfo:
+        """The graph input `name`, after checking the request's datatype for it."""
+        info = self.inputs.get(name)
+        if info is None:
+            raise InputError(f"unknown input '{name}'; the model's inputs are {self.signature()}", param=name)
+        want = datatype_of(info.dtype)
+        if datatype != want:
+            raise InputError(f"input '{name}' has datatype {datatype} but the model expects {want}", param=name)
+        if datatype in UNSUPPORTED:
+            raise InputError(f"input '{name}': {datatype} is not supported: {UNSUPPORTED[datatype]}", param=name)
+        return info
+
+    def check(self, tensors: Mapping[str, Array]) -> tuple[dict[str, Array], int | None]:
+        """Inputs checked against the graph → (inputs with their batch dimension, the request's batch size or
+        None when the request left the batch dimension out)."""
+        missing = [n for n in self.inputs if n not in tensors]
+        if missing:
+            raise InputError(f"missing input(s) {', '.join(missing)}; the model's inputs are {self.signature()}",
+                             param=missing[0])
+        out: dict[str, Array] = {}
+        batch: int | None = None
+        unbatched = False
+        for name, arr in tensors.items():
+            info = self.inputs.get(name)
+            if info is None:
+                raise InputError(f"unknown input '{name}'; the model's inputs are {self.signature()}", param=name)
+            want = kserve_shape(info)
+            shape = list(arr.shape)
+            if self.max_batch_size > 0 and len(shape) == len(want) - 1:  # batch dimension left out: [1, ...]
+                arr, shape, unbatched = arr[None, ...], [1, *shape], True
+            if len(shape) != len(want):
+                raise InputError(f"input '{name}' has shape {list(arr.shape)} (rank {len(arr.shape)}) but the model "
+                                 f"expects rank {len(want)}: {want}", param=name)
+            for k, (got, exp) in enumerate(zip(shape, want, strict=True)):
+                if exp >= 0 and got != exp:
+                    raise InputError(f"input '{name}' has shape {shape} but dimension {k} must be {exp} "
+                                     f"(the model expects {want})", param=name)
+            if self.max_batch_size > 0:
+                n = shape[0]
+                if n > self.max_batch_size:
+                    raise InputError(f"input '{name}' has batch size {n}; at most {self.max_batch_size} "
+                                     "(max_batch_size)", param=name)
+                if batch is not None and n != batch:
+                    raise InputError(f"input '{name}' has batch size {n} but another input has {batch}; all inputs "
+                                     "must agree on dimension 0", param=name)
+                batch = n
+            out[name] = arr
+        if unbatched and batch is not None and batch != 1:
+            raise InputError("some inputs leave out the batch dimension and others do not", param=None)
+        return out, (None if unbatched else batch)
+
+    # ------------------------------------------------------------ rows
+
+    def plan(self, tensors: Mapping[str, Array], outputs: Sequence[str] | None = None) -> Work[TensorResult]:
+        """Checked inputs → rows (one per batch entry, or the whole request), and how their outputs become the
+        answer: the requested outputs (all by default), without the batch dimension if the request had none."""
+        wanted = list(outputs) if outputs else self.outputs
+        for name in wanted:
+            if name not in self.outputs:
+                raise InputError(f"unknown output '{name}'; the model's outputs are {', '.join(self.outputs)}",
+                                 param=name)
+        feeds, batch = self.check(tensors)
+        timing = Timing()
+        if self.max_batch_size > 0:
+            n = next(iter(feeds.values())).shape[0] if feeds else 1
+            rows: list[TensorRow] = [{k: v[i:i + 1] for k, v in feeds.items()} for i in range(n)]
+        else:
+            rows = [feeds]
+
+        def finish(per_row: list[Any]) -> TensorResult:
+            joined = {k: (np.concatenate([r[k] for r in per_row], axis=0) if len(per_row) > 1 else per_row[0][k])
+                      for k in wanted}
+            if self.max_batch_size > 0 and batch is None:
+                joined = {k: v[0] for k, v in joined.items()}  # answered without the batch dimension it lacked
+            return TensorResult(joined, timing)
+
+        return Work(rows, [1] * len(rows), finish, timing)
 
     def forward(self, session: Session, rows: Sequence[TensorRow]) -> list[Any]:
-        """Rows of one or more [1, ...] tensors each → one forward → per row, its slice of every output."""
-        names = [t.name for t in self.model.graph.inputs]
-        feeds = {n: np.concatenate([r[n] for r in rows], axis=0) for n in names}
-        out = self.model.run(session, feeds)
-        return [{k: v[j:j + 1] for k, v in out.items()} for j in range(len(rows))]
+        """Rows whose non-batch dimensions agree run as one forward (concatenated along dimension 0); each row
+        gets its slice of every output back."""
+        out: list[Any] = [None] * len(rows)
+        groups: dict[Any, list[int]] = {}
+        for i, row in enumerate(rows):
+            key = tuple((k, v.shape[1:]) for k, v in row.items()) if self.max_batch_size > 0 else i
+            groups.setdefault(key, []).append(i)
+        for members in groups.values():
+            if len(members) == 1:
+                result = self.model.run(session, rows[members[0]])
+                out[members[0]] = result
+                continue
+            feeds = {k: np.concatenate([rows[i][k] for i in members], axis=0) for k in rows[members[0]]}
+            result = self.model.run(session, feeds)
+            sizes = [next(iter(rows[i].values())).shape[0] for i in members]
+            total = sum(sizes)
+            for name, value in result.items():
+                if value.ndim == 0 or value.shape[0] != total:
+                    raise InferenceError(f"model '{self.model.name}': output '{name}' has shape {list(value.shape)}, "
+                                         f"not batch-major for {total} rows; set max_batch_size: 0",
+                                         model=self.model.name)
+            start = 0
+            for i, size in zip(members, sizes, strict=True):
+                out[i] = {name: value[start:start + size] for name, value in result.items()}
+                start += size
+        return out
 
     def sample_rows(self, batch: int, length: int) -> tuple[list[Any], list[int]]:
-        """Rows from the signature: dynamic dims other than the batch get `length`."""
-        row = sample_feeds(self.model.graph, {})
-        row = {k: v[:1] if v.ndim and v.shape[0] else v for k, v in row.items()}
-        return [row] * batch, [1] * batch
+        """Random rows from the signature (dynamic dimensions other than the batch get `length`)."""
+        dims = {str(d): length for t in self.model.graph.inputs for d in t.shape[1:] if isinstance(d, str)}
+        base = sample_feeds(self.model.graph, dims)
+        rng = np.random.default_rng(0)
+        row: TensorRow = {}
+        for name, arr in base.items():
+            if arr.dtype == object:
+                row[name] = arr
+            elif arr.dtype == np.bool_:
+                row[name] = rng.integers(0, 2, arr.shape).astype(bool)
+            else:
+                row[name] = rng.random(arr.shape).astype(arr.dtype) if arr.dtype.kind == "f" else \
+                    rng.integers(0, 8, arr.shape).astype(arr.dtype)
+        if self.max_batch_size > 0:
+            return [row] * batch, [1] * batch
+        return [row], [1]
+
+
+def element_count(shape: Sequence[int]) -> int:
+    return math.prod(shape) if shape else 1

@@ -27,7 +27,8 @@ from .state import STATE, ServerState
 access_log = logging.getLogger("rsinfer.access")
 log = logging.getLogger("rsinfer.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-OPEN_ROUTES = frozenset({"/health"})
+OPEN_ROUTES = frozenset({"/health", "/v2/health/live", "/v2/health/ready"})
+KSERVE_PATHS = ("/v2/health", "/v2/models", "/infer", "/batch", "/models")  # + "/v2" itself, below
 
 
 def route_label(request: web.Request) -> str:
@@ -68,7 +69,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - this is the mapping point
-        response = response_for(exc)
+        response = response_for(exc, kserve=request.path.startswith(KSERVE_PATHS))
         if response.status >= 500:
             log.error("%s %s failed: %s", request.method, route_label(request), exc,
                       exc_info=not isinstance(exc, (web.HTTPException,)) and status_for(exc)[0] == 500)
@@ -120,14 +121,14 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     replicas = sum(m.replicas for m in registry.models.values())
     infer = ThreadPoolExecutor(max_workers=max(1, replicas), thread_name_prefix="infer")
     prep = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="prep")
-    pipelines = {name: build_pipeline(m, config.server) for name, m in registry.models.items()}
+    pipelines = {key: build_pipeline(m, config.server) for key, m in registry.models.items()}
     schedulers = {
-        name: Scheduler(name, m.sessions, pipelines[name].forward, infer, batching=m.config.batching.enabled,
-                        max_rows=pipelines[name].max_rows, max_tokens=pipelines[name].max_tokens,
-                        max_padding=pipelines[name].max_padding, queue_rows=m.config.batching.queue_rows,
-                        max_queue=config.server.max_queue, queue_timeout_s=config.server.queue_timeout_ms / 1000,
-                        observer=metrics.observer(name))
-        for name, m in registry.models.items()
+        key: Scheduler(key, m.sessions, pipelines[key].forward, infer, batching=pipelines[key].batching,
+                       max_rows=pipelines[key].max_rows, max_tokens=pipelines[key].max_tokens,
+                       max_padding=pipelines[key].max_padding, queue_rows=m.config.batching.queue_rows,
+                       max_queue=config.server.max_queue, queue_timeout_s=config.server.queue_timeout_ms / 1000,
+                       observer=metrics.observer(m.name, m.version or ""))
+        for key, m in registry.models.items()
     }
     state = ServerState(config=config, registry=registry, pipelines=pipelines, schedulers=schedulers,
                         prep_executor=prep, infer_executor=infer, metrics=metrics)

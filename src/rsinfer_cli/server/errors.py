@@ -18,6 +18,7 @@ from ..errors import (
     PoolTimeout,
     RsinferError,
     Saturated,
+    VersionNotFound,
 )
 
 
@@ -35,6 +36,7 @@ class RequestTimeout(RsinferError):
 
 STATUS: dict[type[BaseException], tuple[int, str]] = {
     RequestValidationError: (422, "invalid_request_error"),
+    VersionNotFound: (404, "model_not_found"),
     PayloadTooLarge: (413, "invalid_request_error"),
     KindMismatch: (400, "invalid_request_error"),
     InputError: (400, "invalid_request_error"),
@@ -71,8 +73,19 @@ def error_response(status: int, message: str, type_: str, param: str | None = No
                         content_type="application/json", headers=headers)
 
 
-def response_for(exc: BaseException) -> web.Response:
-    """The response for any exception a handler raised."""
+def response_for(exc: BaseException, kserve: bool = False) -> web.Response:
+    """The response for any exception a handler raised; `kserve`: KServe's body `{"error": "..."}` (the tensor
+    routes), else the OpenAI-style body."""
+    if kserve:
+        status = status_for(exc)[0] if isinstance(exc, RsinferError) else \
+            exc.status if isinstance(exc, web.HTTPException) else 500
+        message = exc.message if isinstance(exc, RsinferError) else \
+            (exc.reason if isinstance(exc, web.HTTPException) else "internal server error")
+        from ..jsonio import dumps
+
+        headers = {"Retry-After": "1"} if status in (429, 503) else None
+        return web.Response(status=status, body=dumps({"error": message}), content_type="application/json",
+                            headers=headers)
     if isinstance(exc, RsinferError):
         status, type_ = status_for(exc)
         headers = {"Retry-After": "1"} if status in (429, 503) else None

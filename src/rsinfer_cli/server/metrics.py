@@ -16,17 +16,18 @@ TOKEN_BUCKETS = tuple(2**i for i in range(4, 18))               # 16 … 131072 
 
 
 class QueueCollector:
-    def __init__(self, read: Callable[[], Iterable[tuple[str, int, int, int]]]) -> None:
+    def __init__(self, read: Callable[[], Iterable[tuple[str, str, int, int, int]]]) -> None:
         self.read = read
 
     def collect(self) -> Iterable[Any]:
-        waiting = GaugeMetricFamily("rsinfer_queue_depth", "Requests waiting for a replica", labels=["model"])
-        rows = GaugeMetricFamily("rsinfer_queue_rows", "Rows queued for cross-request batching", labels=["model"])
-        running = GaugeMetricFamily("rsinfer_forwards_running", "Forwards running now", labels=["model"])
-        for model, w, q, r in self.read():
-            waiting.add_metric([model], w)
-            rows.add_metric([model], q)
-            running.add_metric([model], r)
+        labels = ["model", "version"]
+        waiting = GaugeMetricFamily("rsinfer_queue_depth", "Requests waiting for a replica", labels=labels)
+        rows = GaugeMetricFamily("rsinfer_queue_rows", "Rows queued for cross-request batching", labels=labels)
+        running = GaugeMetricFamily("rsinfer_forwards_running", "Forwards running now", labels=labels)
+        for model, version, w, q, r in self.read():
+            waiting.add_metric([model, version], w)
+            rows.add_metric([model, version], q)
+            running.add_metric([model, version], r)
         return [waiting, rows, running]
 
 
@@ -41,40 +42,41 @@ class Metrics:
         self.duration = Histogram("rsinfer_http_request_duration_seconds", "HTTP request duration",
                                   ["route"], buckets=HTTP_BUCKETS, registry=r)
         self.in_flight = Gauge("rsinfer_http_requests_in_flight", "HTTP requests being handled", registry=r)
-        self.queue_wait = Histogram("rsinfer_queue_wait_seconds", "Wait for a session slot", ["model"],
+        self.queue_wait = Histogram("rsinfer_queue_wait_seconds", "Wait for a replica", ["model", "version"],
                                     buckets=STAGE_BUCKETS, registry=r)
-        self.tokenize = Histogram("rsinfer_tokenize_seconds", "Tokenization time per request", ["model"],
+        self.tokenize = Histogram("rsinfer_tokenize_seconds", "Tokenization time per request", ["model", "version"],
                                   buckets=STAGE_BUCKETS, registry=r)
-        self.inference = Histogram("rsinfer_inference_seconds", "Forward time (session.run)", ["model"],
+        self.inference = Histogram("rsinfer_inference_seconds", "Forward time (session.run)", ["model", "version"],
                                    buckets=STAGE_BUCKETS, registry=r)
-        self.batch_rows = Histogram("rsinfer_batch_rows", "Rows per forward", ["model"], buckets=ROW_BUCKETS,
-                                    registry=r)
-        self.batch_tokens = Histogram("rsinfer_batch_padded_tokens", "Padded tokens per forward", ["model"],
+        self.batch_rows = Histogram("rsinfer_batch_rows", "Rows per forward", ["model", "version"],
+                                    buckets=ROW_BUCKETS, registry=r)
+        self.batch_tokens = Histogram("rsinfer_batch_padded_tokens", "Padded tokens per forward", ["model", "version"],
                                       buckets=TOKEN_BUCKETS, registry=r)
-        self.tokens = Counter("rsinfer_tokens", "Input tokens processed", ["model"], registry=r)
-        self.truncated = Counter("rsinfer_truncated_inputs", "Inputs cut at max_len", ["model"], registry=r)
+        self.tokens = Counter("rsinfer_tokens", "Input tokens processed", ["model", "version"], registry=r)
+        self.truncated = Counter("rsinfer_truncated_inputs", "Inputs cut at max_len", ["model", "version"],
+                                 registry=r)
 
-    def observer(self, model: str) -> ModelObserver:
+    def observer(self, model: str, version: str = "") -> ModelObserver:
         """What a model's scheduler reports to: every forward and every request's wait, batched or not."""
-        return ModelObserver(self, model)
+        return ModelObserver(self, model, version)
 
-    def observe_request(self, model: str, timing: Any) -> None:
+    def observe_request(self, model: str, version: str, timing: Any) -> None:
         """One answered request's usage and tokenize time."""
-        self.tokenize.labels(model).observe(timing.tokenize_s)
-        self.tokens.labels(model).inc(timing.tokens)
+        self.tokenize.labels(model, version).observe(timing.tokenize_s)
+        self.tokens.labels(model, version).inc(timing.tokens)
         if timing.truncated:
-            self.truncated.labels(model).inc(timing.truncated)
+            self.truncated.labels(model, version).inc(timing.truncated)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
 class ModelObserver:
-    def __init__(self, metrics: Metrics, model: str) -> None:
-        self._inference = metrics.inference.labels(model)
-        self._rows = metrics.batch_rows.labels(model)
-        self._tokens = metrics.batch_tokens.labels(model)
-        self._wait = metrics.queue_wait.labels(model)
+    def __init__(self, metrics: Metrics, model: str, version: str) -> None:
+        self._inference = metrics.inference.labels(model, version)
+        self._rows = metrics.batch_rows.labels(model, version)
+        self._tokens = metrics.batch_tokens.labels(model, version)
+        self._wait = metrics.queue_wait.labels(model, version)
 
     def forward(self, rows: int, padded: int, seconds: float) -> None:
         self._inference.observe(seconds)

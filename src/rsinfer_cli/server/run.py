@@ -29,7 +29,7 @@ async def _serve(app: web.Application, host: str, port: int, drain_s: float) -> 
     except OSError as exc:
         await runner.cleanup()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror} (server.bind, --host, --port)") from None
-    names = ", ".join(f"{n} ({m.kind})" for n, m in app[STATE].registry.models.items())
+    names = ", ".join(f"{n} ({v[0].kind})" for n, v in app[STATE].registry.entries.items())
     shown = f"[{host}]" if ":" in host else host
     print(f"rsinfer: listening on http://{shown}:{port} serving {names}", file=sys.stderr, flush=True)
     stop = asyncio.Event()

@@ -38,8 +38,8 @@ class ServerState:
         all of it in one thread hop on that replica - there is nothing to batch with. Else tokenized on the prep
         pool, then the rows join the model's batching queue, and the worker that runs the request's last forward
         builds the answer (two hops)."""
-        pipe = self.pipelines[model.name]
-        scheduler = self.schedulers[model.name]
+        pipe = self.pipelines[model.key]
+        scheduler = self.schedulers[model.key]
         if scheduler.batching and not scheduler.free:
             loop = asyncio.get_running_loop()
             work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
@@ -54,12 +54,13 @@ class ServerState:
 
             result = await scheduler.run(whole)
             timing = planned[0].timing
-        self.metrics.observe_request(model.name, timing)
+        self.metrics.observe_request(model.name, model.version or "", timing)
         return result
 
-    def queue_stats(self) -> list[tuple[str, int, int, int]]:
-        """(model, requests waiting, rows queued, forwards running)."""
-        return [(name, s.waiting, s.queued_rows, s.running) for name, s in self.schedulers.items()]
+    def queue_stats(self) -> list[tuple[str, str, int, int, int]]:
+        """(model, version, requests waiting, rows queued, forwards running)."""
+        return [(m.name, m.version or "", s.waiting, s.queued_rows, s.running)
+                for m, s in ((self.registry.models[key], s) for key, s in self.schedulers.items())]
 
 
 STATE = web.AppKey("state", ServerState)

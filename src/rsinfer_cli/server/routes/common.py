@@ -27,7 +27,7 @@ class Call:
 
     def pipeline(self, kind: type[P]) -> P:
         """The model's pipeline, as the route's family expects it."""
-        pipe = self.state.pipelines[self.model.name]
+        pipe = self.state.pipelines[self.model.key]
         if not isinstance(pipe, kind):
             raise TypeError(f"model '{self.model.name}' has a {type(pipe).__name__}, not a {kind.__name__}")
         return pipe

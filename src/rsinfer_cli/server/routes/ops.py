@@ -21,9 +21,10 @@ async def health(request: web.Request) -> web.Response:
 async def models(request: web.Request) -> web.Response:
     state = request.app[STATE]
     data = []
-    for name, m in state.registry.models.items():
+    for name, entries in state.registry.entries.items():
+        m = entries[0]
         card = m.card()
-        pipe = state.pipelines.get(name)
+        pipe = state.pipelines.get(m.key)
         data.append({
             "id": name, "object": "model", "created": int(state.started), "owned_by": "rsinfer",
             "kind": m.kind, "source": card["source"], "provenance": card["provenance"],
@@ -34,6 +35,11 @@ async def models(request: web.Request) -> web.Response:
         })
         if "pooling" in data[-1]["pipeline"]:
             data[-1]["pooling"] = data[-1]["pipeline"]["pooling"]
+        if m.version is not None:  # a versioned model: each version's source and share of unnamed requests
+            weights = {v.version: v.weight for v in state.config.model(name).versions}
+            data[-1]["versions"] = [{"version": v.version, "source": v.card()["source"],
+                                     "weight": weights.get(v.version)} for v in entries]
+            data[-1]["default_version"] = state.config.model(name).default_version
     return web.Response(body=dumps({"object": "list", "data": data}), content_type="application/json")
 
 

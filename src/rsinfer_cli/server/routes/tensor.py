@@ -1,0 +1,212 @@
+"""Tensor models over HTTP: KServe v2 REST (the Triton HTTP protocol, JSON tensors and the binary tensor data
+extension) under `/v2`, and inferstack-rs's `/infer`, `/batch` and `/models`. Errors on these routes use the
+KServe body `{"error": "..."}` (see server/errors.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+
+from ...engine.model import LoadedModel
+from ...errors import InputError, ModelNotFound
+from ...pipelines.tensor import TensorPipeline, TensorResult, datatype_of, kserve_shape
+from ..kserve import codec
+from ..request import json_body
+from ..state import STATE, ServerState
+from .common import json_response
+
+routes = web.RouteTableDef()
+BENCH = {"/infer": lambda texts: {"input": [[0.0, 0.0, 0.0, 0.0]] * max(len(texts), 1)}}
+PLATFORM = "onnxruntime_onnx"
+EXTENSIONS = ["binary_tensor_data"]
+
+
+def model_of(state: ServerState, name: str | None, version: str | None) -> LoadedModel:
+    """A tensor model by name (the default tensor model when None) and version (routed when None/"")."""
+    return state.registry.get(name, "tensor", version or None)
+
+
+def metadata(state: ServerState, m: LoadedModel) -> dict[str, Any]:
+    g = m.graph
+    return {"name": m.name, "versions": state.registry.versions(m.name) or ["1"], "platform": PLATFORM,
+            "inputs": [{"name": t.name, "datatype": datatype_of(t.dtype), "shape": kserve_shape(t)} for t in g.inputs],
+            "outputs": [{"name": t.name, "datatype": datatype_of(t.dtype), "shape": kserve_shape(t)}
+                        for t in g.outputs]}
+
+
+async def infer(state: ServerState, m: LoadedModel, tensors: dict[str, Any],
+                outputs: list[str] | None = None) -> TensorResult:
+    pipe = state.pipelines[m.key]
+    assert isinstance(pipe, TensorPipeline)
+    return await state.infer(m, pipe.plan, tensors, outputs)
+
+
+# ---------------------------------------------------------------- KServe v2 REST
+
+
+@routes.get("/v2/health/live")
+async def live(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+@routes.get("/v2/health/ready")
+async def ready(request: web.Request) -> web.Response:
+    """Ready: every model loaded (the listener binds only then), not draining."""
+    return web.Response(status=200)
+
+
+@routes.get("/v2")
+async def server_metadata(request: web.Request) -> web.Response:
+    return json_response({"name": "rsinfer", "version": "", "extensions": EXTENSIONS})
+
+
+@routes.get("/v2/models/{model}")
+@routes.get("/v2/models/{model}/versions/{version}")
+async def model_metadata(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    m = model_of(state, request.match_info["model"], request.match_info.get("version"))
+    return json_response(metadata(state, m))
+
+
+@routes.get("/v2/models/{model}/ready")
+@routes.get("/v2/models/{model}/versions/{version}/ready")
+async def model_ready(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    name = request.match_info["model"]
+    if name not in state.registry.entries:
+        raise ModelNotFound(f"model '{name}' not found", model=name)
+    state.registry.version_of(name, request.match_info.get("version"))  # VersionNotFound → 404
+    return web.Response(status=200)
+
+
+@routes.post("/v2/models/{model}/infer")
+@routes.post("/v2/models/{model}/versions/{version}/infer")
+async def kserve_infer(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    m = model_of(state, request.match_info["model"], request.match_info.get("version"))
+    pipe = state.pipelines[m.key]
+    assert isinstance(pipe, TensorPipeline)
+    header = request.headers.get("Inference-Header-Content-Length")
+    try:
+        header_length = int(header) if header is not None else None
+    except ValueError:
+        raise InputError(f"Inference-Header-Content-Length must be an integer, got {header!r}") from None
+    body, tail = codec.parse_infer_body(await request.read(), header_length)
+    tensors = codec.decode_inputs(body, tail, pipe.check_datatype)
+    names, binary, binary_default = codec.requested_outputs(body)
+    result = await infer(state, m, tensors, names)
+    items, chunks = codec.encode_outputs(result.outputs, binary, binary_default and names is None)
+    response: dict[str, Any] = {"model_name": m.name, "outputs": items}
+    if m.version is not None:
+        response["model_version"] = m.version
+    if "id" in body:
+        response["id"] = body["id"]
+    from ...jsonio import dumps
+
+    head = dumps(response)
+    if not chunks:
+        return web.Response(body=head, content_type="application/json")
+    return web.Response(body=head + b"".join(chunks), content_type="application/octet-stream",
+                        headers={"Inference-Header-Content-Length": str(len(head))})
+
+
+# ---------------------------------------------------------------- inferstack-rs
+
+
+def _named(result: TensorResult) -> dict[str, Any]:
+    return {k: v.tolist() for k, v in result.outputs.items()}
+
+
+def _legacy_tensor(pipe: TensorPipeline, value: Any, what: str) -> dict[str, Any]:
+    """`input` (legacy, the model's first input) as an array of the input's dtype."""
+    first = next(iter(pipe.inputs.values()))
+    if len(pipe.inputs) != 1:
+        raise InputError(f"`{what}` feeds the model's one input, but it has {len(pipe.inputs)} "
+                         f"({pipe.signature()}); send `inputs` by name", param=what)
+    return {first.name: _array(first.name, first.dtype, value)}
+
+
+def _array(name: str, dtype: str, value: Any) -> Any:
+    datatype = datatype_of(dtype)
+    try:
+        arr = np.array(value, dtype=object if datatype == "BYTES" else dtype)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InputError(f"input '{name}': cannot be read as {datatype} ({exc})", param=name) from None
+    if arr.dtype == object and datatype != "BYTES":
+        raise InputError(f"input '{name}' is ragged: every row needs the same length", param=name)
+    return arr
+
+
+async def _inferstack_model(request: web.Request) -> tuple[ServerState, dict[str, Any], LoadedModel,
+                                                              TensorPipeline]:
+    state = request.app[STATE]
+    body = await json_body(request)
+    name = body.get("model")
+    version = body.get("model_version")
+    if name is not None and not isinstance(name, str):
+        raise InputError("`model` must be a string", param="model")
+    if version is not None and not isinstance(version, (str, int)):
+        raise InputError("`model_version` must be a string", param="model_version")
+    m = model_of(state, name, str(version) if version is not None else None)
+    pipe = state.pipelines[m.key]
+    assert isinstance(pipe, TensorPipeline)
+    return state, body, m, pipe
+
+
+@routes.post("/infer")
+async def inferstack_infer(request: web.Request) -> web.Response:
+    """inferstack-rs: `{"input": [[...]]}` (the first input) or `{"inputs": {"NAME": [...]}}`."""
+    state, body, m, pipe = await _inferstack_model(request)
+    if ("input" in body) == ("inputs" in body):
+        raise InputError("provide exactly one of `input` or `inputs`", param="input")
+    if "inputs" in body:
+        named = body["inputs"]
+        if not isinstance(named, dict) or not named:
+            raise InputError("`inputs` must be an object of tensors by input name", param="inputs")
+        tensors = {}
+        for k, v in named.items():
+            info = pipe.inputs.get(k)
+            if info is None:
+                raise InputError(f"unknown input '{k}'; the model's inputs are {pipe.signature()}", param=k)
+            tensors[k] = _array(k, info.dtype, v)
+    else:
+        tensors = _legacy_tensor(pipe, body["input"], "input")
+    result = await infer(state, m, tensors)
+    outputs = _named(result)
+    return json_response({"output": next(iter(outputs.values())), "outputs": outputs,
+                          "model_version": m.version or "1"})
+
+
+@routes.post("/batch")
+async def inferstack_batch(request: web.Request) -> web.Response:
+    """inferstack-rs: every item of `input` is one row of the batch; the answer has one entry per item."""
+    state, body, m, pipe = await _inferstack_model(request)
+    items = body.get("input")
+    if not isinstance(items, list) or not items:
+        raise InputError("`input` must be a non-empty list of items", param="input")
+    if pipe.max_batch_size == 0:
+        raise InputError(f"model '{m.name}' has no batch dimension (max_batch_size: 0); use /infer", param="input")
+    if len(items) > pipe.max_batch_size:
+        raise InputError(f"`input` has {len(items)} items; at most {pipe.max_batch_size} (max_batch_size)",
+                         param="input")
+    tensors = _legacy_tensor(pipe, items, "input")
+    result = await infer(state, m, tensors)
+    per_item = [{k: v[i].tolist() for k, v in result.outputs.items()} for i in range(len(items))]
+    return json_response({"outputs": per_item, "output": [next(iter(o.values())) for o in per_item],
+                          "model_version": m.version or "1"})
+
+
+@routes.get("/models")
+async def inferstack_models(request: web.Request) -> web.Response:
+    """Every model with its versions and each version's input/output schema (name, shape, dtype)."""
+    state = request.app[STATE]
+    models = []
+    for name, versions in state.registry.entries.items():
+        models.append({"name": name, "kind": versions[0].kind, "versions": [
+            {"version": v.version or "1",
+             "inputs": [{"name": t.name, "shape": kserve_shape(t), "dtype": t.dtype} for t in v.graph.inputs],
+             "outputs": [{"name": t.name, "shape": kserve_shape(t), "dtype": t.dtype} for t in v.graph.outputs]}
+            for v in versions]})
+    return json_response({"models": models})
