@@ -24,7 +24,7 @@ def free_port() -> int:
 class ServerThread:
     """create_app() served on 127.0.0.1:<free port> from a thread with its own event loop."""
 
-    def __init__(self, config: Config, registry: Registry | None = None) -> None:
+    def __init__(self, config: Config, registry: Registry | None = None, grpc: bool = False) -> None:
         from rsinfer_cli.server.app import create_app
         from rsinfer_cli.server.state import STATE
 
@@ -33,6 +33,8 @@ class ServerThread:
         self.state = self.app[STATE]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_url = f"127.0.0.1:{free_port()}" if grpc else None  # KServe v2 gRPC in the same loop
+        self._grpc = None
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="server", daemon=True)
@@ -45,8 +47,14 @@ class ServerThread:
         self._loop.run_until_complete(self.runner.setup())
         site = web.TCPSite(self.runner, "127.0.0.1", self.port)
         self._loop.run_until_complete(site.start())
+        if self.grpc_url:
+            from rsinfer_cli.server.kserve.grpc_service import start
+
+            self._grpc = self._loop.run_until_complete(start(self.state, self.grpc_url))
         self._ready.set()
         self._loop.run_forever()
+        if self._grpc is not None:
+            self._loop.run_until_complete(self._grpc.stop(1))
         self._loop.run_until_complete(self.runner.cleanup())
         self._loop.close()
 

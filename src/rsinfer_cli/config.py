@@ -46,6 +46,7 @@ class BatchingConfig:
 @dataclass(frozen=True)
 class ServerConfig:
     bind: str = "127.0.0.1:8080"
+    grpc_bind: str | None = None          # KServe v2 gRPC (tritonclient.grpc), e.g. 127.0.0.1:8001; off when unset
     max_body_mb: float = _opt(32, gt=0)
     request_timeout_ms: int = _opt(120_000, gt=0)
     max_queue: int = _opt(256, ge=0)
@@ -376,11 +377,13 @@ def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None
             hint = f" (did you mean '{close[0]}'?)" if close else " (allowed: server, models)"
             errs.add(str(key), f"unknown key{hint}")
     server = _build(ServerConfig, data.get("server") or {}, "server", errs) or ServerConfig()
-    if server.bind:
-        try:
-            split_bind(server.bind)
-        except ValueError as exc:
-            errs.add("server.bind", str(exc))
+    for key in ("bind", "grpc_bind"):
+        value = getattr(server, key)
+        if value:
+            try:
+                split_bind(value)
+            except ValueError as exc:
+                errs.add(f"server.{key}", str(exc))
     raw_models = data.get("models")
     models: list = []
     if raw_models is None:

@@ -141,6 +141,8 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         yield
+        for drain in app[STATE].draining:  # the gRPC front's calls in flight finish first
+            await drain
         for s in app[STATE].schedulers.values():
             s.stop()
         app[STATE].infer_executor.shutdown(wait=True)

@@ -42,6 +42,10 @@ class Metrics:
         self.duration = Histogram("rsinfer_http_request_duration_seconds", "HTTP request duration",
                                   ["route"], buckets=HTTP_BUCKETS, registry=r)
         self.in_flight = Gauge("rsinfer_http_requests_in_flight", "HTTP requests being handled", registry=r)
+        self.grpc_requests = Counter("rsinfer_grpc_requests", "KServe v2 gRPC calls by method and status code",
+                                     ["method", "code"], registry=r)
+        self.grpc_duration = Histogram("rsinfer_grpc_request_duration_seconds", "KServe v2 gRPC call duration",
+                                       ["method"], buckets=HTTP_BUCKETS, registry=r)
         self.queue_wait = Histogram("rsinfer_queue_wait_seconds", "Wait for a replica", ["model", "version"],
                                     buckets=STAGE_BUCKETS, registry=r)
         self.tokenize = Histogram("rsinfer_tokenize_seconds", "Tokenization time per request", ["model", "version"],

@@ -29,16 +29,31 @@ async def _serve(app: web.Application, host: str, port: int, drain_s: float) -> 
     except OSError as exc:
         await runner.cleanup()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror} (server.bind, --host, --port)") from None
-    names = ", ".join(f"{n} ({v[0].kind})" for n, v in app[STATE].registry.entries.items())
+    state = app[STATE]
+    grpc_server = None
+    if state.config.server.grpc_bind:
+        from .kserve.grpc_service import start
+
+        try:
+            grpc_server = await start(state, state.config.server.grpc_bind)
+        except BaseException:
+            await runner.cleanup()
+            raise
+    names = ", ".join(f"{n} ({v[0].kind})" for n, v in state.registry.entries.items())
     shown = f"[{host}]" if ":" in host else host
-    print(f"rsinfer: listening on http://{shown}:{port} serving {names}", file=sys.stderr, flush=True)
+    grpc_note = f" and gRPC on {state.config.server.grpc_bind}" if grpc_server is not None else ""
+    print(f"rsinfer: listening on http://{shown}:{port}{grpc_note} serving {names}", file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.warning("shutdown signal received: draining requests in flight")
-    await runner.cleanup()  # stops accepting, lets handlers in flight finish (up to drain_s), then cleans up
+    # both fronts stop accepting and let the calls in flight finish (up to drain_s), side by side; the app's
+    # cleanup waits for the gRPC drain before it stops the schedulers
+    if grpc_server is not None:
+        state.draining.append(asyncio.ensure_future(grpc_server.stop(drain_s)))
+    await runner.cleanup()
     log.warning("stopped")
 
 

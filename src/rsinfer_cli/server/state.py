@@ -32,6 +32,7 @@ class ServerState:
     infer_executor: ThreadPoolExecutor      # forwards: one thread per replica
     metrics: Metrics
     started: float = field(default_factory=time.time)
+    draining: list[asyncio.Future[Any]] = field(default_factory=list)   # other fronts' drains, awaited at stop
 
     async def infer(self, model: LoadedModel, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
         """plan(*args, **kwargs) → Work, its rows run, its answer built. When a replica is free (or batching is off):

@@ -1,0 +1,201 @@
+"""KServe v2 gRPC (`inference.GRPCInferenceService`, what `tritonclient.grpc` speaks) on `server.grpc_bind`, in
+the daemon's own event loop (grpc.aio): the same registry, schedulers, metrics and API keys as HTTP, drained on
+SIGTERM with it."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import numpy as np
+
+from ...errors import InputError, ModelNotFound, PoolTimeout, RsinferError, Saturated
+from ...pipelines.tensor import TensorPipeline, datatype_of, kserve_shape, numpy_dtype
+from ..state import ServerState
+from . import codec
+from . import kserve_pb2 as pb
+from . import kserve_pb2_grpc as pb_grpc
+
+CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
+    (ModelNotFound, grpc.StatusCode.NOT_FOUND),
+    (InputError, grpc.StatusCode.INVALID_ARGUMENT),
+    (Saturated, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (PoolTimeout, grpc.StatusCode.UNAVAILABLE),
+]
+# typed `contents` field of each datatype (FP16 and BF16 travel only as raw bytes)
+CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+            "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
+            "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
+            "FP64": "fp64_contents", "BYTES": "bytes_contents"}
+
+
+def code_for(exc: BaseException) -> grpc.StatusCode:
+    for klass, code in CODES:
+        if isinstance(exc, klass):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+class Unauthenticated(RsinferError):
+    pass
+
+
+class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.keys = [k.encode() for k in state.config.server.api_keys]
+        m = state.metrics
+        self.requests = m.grpc_requests
+        self.duration = m.grpc_duration
+
+    # ------------------------------------------------------------ plumbing
+
+    def _authorize(self, context: grpc.aio.ServicerContext) -> None:
+        if not self.keys:
+            return
+        meta = {k.lower(): v for k, v in (context.invocation_metadata() or ())}
+        header = meta.get("authorization", "")
+        given = header[7:].strip().encode() if isinstance(header, str) and header[:7].lower() == "bearer " else b""
+        if not any([hmac.compare_digest(given, k) for k in self.keys]):  # noqa: C419 - compare every key
+            raise Unauthenticated("missing or invalid API key; send `authorization: Bearer <key>` metadata")
+
+    async def _call(self, method: str, context: grpc.aio.ServicerContext, fn: Any, *args: Any,
+                    open_: bool = False) -> Any:
+        """Auth, metrics, and every error as a gRPC status with its message (never a traceback)."""
+        t0 = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
+            if not open_:
+                self._authorize(context)
+            return await fn(*args)
+        except Unauthenticated as exc:
+            code = grpc.StatusCode.UNAUTHENTICATED
+            await context.abort(code, str(exc))
+        except RsinferError as exc:
+            code = code_for(exc)
+            await context.abort(code, str(exc))
+        finally:
+            self.requests.labels(method, code.name).inc()
+            self.duration.labels(method).observe(time.perf_counter() - t0)
+
+    def _model(self, name: str, version: str) -> Any:
+        return self.state.registry.get(name, "tensor", version or None)
+
+    # ------------------------------------------------------------ health and metadata
+
+    async def ServerLive(self, request: Any, context: Any) -> Any:  # noqa: N802 - the protocol's names
+        async def live() -> Any:
+            return pb.ServerLiveResponse(live=True)
+        return await self._call("ServerLive", context, live, open_=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def ready() -> Any:
+            return pb.ServerReadyResponse(ready=True)
+        return await self._call("ServerReady", context, ready, open_=True)
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def ready() -> Any:
+            if request.name not in self.state.registry.entries:
+                raise ModelNotFound(f"model '{request.name}' not found", model=request.name)
+            self.state.registry.version_of(request.name, request.version or None)
+            return pb.ModelReadyResponse(ready=True)
+        return await self._call("ModelReady", context, ready)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def meta() -> Any:
+            return pb.ServerMetadataResponse(name="rsinfer", version="", extensions=["binary_tensor_data"])
+        return await self._call("ServerMetadata", context, meta)
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def meta() -> Any:
+            m = self._model(request.name, request.version)
+            tm = pb.ModelMetadataResponse.TensorMetadata
+            return pb.ModelMetadataResponse(
+                name=m.name, versions=self.state.registry.versions(m.name) or ["1"], platform="onnxruntime_onnx",
+                inputs=[tm(name=t.name, datatype=datatype_of(t.dtype), shape=kserve_shape(t)) for t in m.graph.inputs],
+                outputs=[tm(name=t.name, datatype=datatype_of(t.dtype), shape=kserve_shape(t))
+                         for t in m.graph.outputs])
+        return await self._call("ModelMetadata", context, meta)
+
+    # ------------------------------------------------------------ inference
+
+    async def _infer(self, request: Any) -> Any:
+        m = self._model(request.model_name, request.model_version)
+        pipe = self.state.pipelines[m.key]
+        assert isinstance(pipe, TensorPipeline)
+        raw = list(request.raw_input_contents)
+        if raw and len(raw) != len(request.inputs):
+            raise InputError(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs")
+        tensors: dict[str, Any] = {}
+        for i, t in enumerate(request.inputs):
+            name, datatype, shape = codec.check_header(t.name, t.datatype, list(t.shape), f"inputs[{i}]")
+            if name in tensors:
+                raise InputError(f"input '{name}' is given twice", param=name)
+            pipe.check_datatype(name, datatype)
+            if raw:
+                tensors[name] = codec.from_raw(name, datatype, shape, raw[i])
+            else:
+                field = CONTENTS.get(datatype)
+                if field is None:
+                    raise InputError(f"input '{name}': {datatype} travels only in raw_input_contents", param=name)
+                values = list(getattr(t.contents, field))
+                if datatype == "BYTES":
+                    try:
+                        values = [v.decode("utf-8") for v in values]
+                    except UnicodeDecodeError:
+                        raise InputError(f"input '{name}': BYTES elements must be UTF-8 text", param=name) from None
+                count = codec.element_count(shape)
+                if len(values) != count:
+                    raise InputError(f"input '{name}' has {len(values)} elements but shape {shape} holds {count}",
+                                     param=name)
+                tensors[name] = np.array(values, dtype=numpy_dtype(datatype)).reshape(shape)
+        wanted = [o.name for o in request.outputs] or None
+        result = await self.state.infer(m, pipe.plan, tensors, wanted)
+        response = pb.ModelInferResponse(model_name=m.name, model_version=m.version or "", id=request.id)
+        for name, arr in result.outputs.items():
+            response.outputs.add(name=name, datatype=codec.output_datatype(arr), shape=list(arr.shape))
+            response.raw_output_contents.append(codec.to_raw(arr))
+        return response
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return await self._call("ModelInfer", context, self._infer, request)
+
+    async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
+        """Each request answered in order on the stream; a failed one is an `error_message`, the stream goes on."""
+        try:
+            self._authorize(context)
+        except Unauthenticated as exc:
+            self.requests.labels("ModelStreamInfer", "UNAUTHENTICATED").inc()
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        async for request in request_iterator:
+            t0 = time.perf_counter()
+            try:
+                response = await self._infer(request)
+                self.requests.labels("ModelStreamInfer", "OK").inc()
+                yield pb.ModelStreamInferResponse(infer_response=response)
+            except RsinferError as exc:
+                self.requests.labels("ModelStreamInfer", code_for(exc).name).inc()
+                yield pb.ModelStreamInferResponse(error_message=str(exc),
+                                                  infer_response=pb.ModelInferResponse(id=request.id))
+            finally:
+                self.duration.labels("ModelStreamInfer").observe(time.perf_counter() - t0)
+
+
+async def start(state: ServerState, bind: str) -> grpc.aio.Server:
+    """The gRPC server on `bind` (host:port), started in the running loop."""
+    from ...errors import ConfigError
+
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", int(state.config.server.max_body_mb * 2**20)),
+                                      ("grpc.max_send_message_length", int(state.config.server.max_body_mb * 2**20))])
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeServicer(state), server)
+    try:
+        port = server.add_insecure_port(bind)
+    except RuntimeError as exc:
+        raise ConfigError(f"cannot listen for gRPC on {bind}: {exc} (server.grpc_bind)") from None
+    if port == 0:
+        raise ConfigError(f"cannot listen for gRPC on {bind} (server.grpc_bind)")
+    await server.start()
+    return server
