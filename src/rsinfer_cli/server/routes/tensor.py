@@ -133,7 +133,8 @@ def _array(name: str, dtype: str, value: Any) -> Any:
     try:
         arr = np.array(value, dtype=object if datatype == "BYTES" else dtype)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise InputError(f"input '{name}': cannot be read as {datatype} ({exc})", param=name) from None
+        why = "it is ragged: every row needs the same length" if "inhomogeneous" in str(exc) else str(exc)
+        raise InputError(f"input '{name}' cannot be read as {datatype}: {why}", param=name) from None
     if arr.dtype == object and datatype != "BYTES":
         raise InputError(f"input '{name}' is ragged: every row needs the same length", param=name)
     return arr

@@ -1,0 +1,398 @@
+"""`kind: tensor` over KServe v2 with the real tritonclient (HTTP JSON, HTTP binary, gRPC): the reference cases
+of ../shared/models/tensor-models exactly, every datatype on synthetic identity graphs, dynamic batching,
+every bad-tensor case, versions with weighted routing, and inferstack-rs's /infer, /batch and /models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from rsinfer_cli.config import parse_config
+from rsinfer_cli.errors import ConfigError
+
+from serverutil import ServerThread
+
+pytestmark = pytest.mark.shared
+
+TRITON = {"BOOL": TensorProto.BOOL, "UINT8": TensorProto.UINT8, "UINT16": TensorProto.UINT16,
+          "UINT32": TensorProto.UINT32, "UINT64": TensorProto.UINT64, "INT8": TensorProto.INT8,
+          "INT16": TensorProto.INT16, "INT32": TensorProto.INT32, "INT64": TensorProto.INT64,
+          "FP16": TensorProto.FLOAT16, "FP32": TensorProto.FLOAT, "FP64": TensorProto.DOUBLE,
+          "BYTES": TensorProto.STRING}
+NUMPY = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
+         "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
+         "FP32": np.float32, "FP64": np.float64, "BYTES": np.object_}
+
+
+def identity_graph(elem: int, op: str = "Identity") -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("X", elem, ["batch", 3])
+    y = helper.make_tensor_value_info("Y", elem, ["batch", 3])
+    graph = helper.make_graph([helper.make_node(op, ["X"], ["Y"])], "ident", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def add_two_graph() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 4])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0])
+    graph = helper.make_graph([helper.make_node("Add", ["INPUT0", "two"], ["OUTPUT0"])], "add_two", [x], [y],
+                              initializer=[two])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def sample(datatype: str) -> np.ndarray:
+    if datatype == "BYTES":
+        return np.array([["a", "héllo", ""], ["x" * 40, "z", "日本"]], dtype=object)
+    if datatype == "BOOL":
+        return np.array([[True, False, True], [False, False, True]])
+    info = np.iinfo(NUMPY[datatype]) if datatype[0] in "UI" else None
+    if info is not None:  # the extremes of the type, exactly
+        return np.array([[info.min, info.max, 0], [1, info.max - 1, info.min + 1]], dtype=NUMPY[datatype])
+    return np.array([[0.5, -1.25, 65504.0 if datatype == "FP16" else 1e30], [3.0, -0.0, 1.0]], dtype=NUMPY[datatype])
+
+
+@pytest.fixture(scope="module")
+def models(shared_models, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tensor")
+    out = {}
+    for dt, elem in TRITON.items():
+        d = root / f"ident_{dt.lower()}"
+        d.mkdir()
+        onnx.save(identity_graph(elem), str(d / "model.onnx"))
+        out[dt] = d
+    d = root / "add_two"
+    d.mkdir()
+    onnx.save(add_two_graph(), str(d / "model.onnx"))
+    out["add_two"] = d
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(shared_models, models):
+    tm = shared_models / "tensor-models"
+    entries = [
+        {"name": "add_one", "kind": "tensor", "path": str(tm / "add_one"), "max_batch_size": 8, "replicas": 1},
+        {"name": "add_sub", "kind": "tensor", "path": str(tm / "add_sub"), "max_batch_size": 4, "replicas": 1},
+        {"name": "int64_identity", "kind": "tensor", "path": str(tm / "int64_identity"), "replicas": 1},
+        {"name": "adder", "kind": "tensor", "max_batch_size": 8, "replicas": 1, "versions": [
+            {"version": "1", "path": str(tm / "add_one"), "weight": 70},
+            {"version": "2", "path": str(models["add_two"]), "weight": 30}]},
+        {"name": "pinned", "kind": "tensor", "default_version": "2", "replicas": 1, "versions": [
+            {"version": "1", "path": str(tm / "add_one")}, {"version": "2", "path": str(models["add_two"])}]},
+        {"name": "solo", "kind": "tensor", "path": str(tm / "add_one"), "replicas": 1, "max_batch_size": 64,
+         "batching": {"enabled": True, "max_rows": 64}},
+    ]
+    entries += [{"name": f"ident_{dt.lower()}", "kind": "tensor", "path": str(p), "max_batch_size": 4,
+                 "replicas": 1} for dt, p in models.items() if dt in TRITON]
+    with ServerThread(parse_config({"models": entries}), grpc=True) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    import tritonclient.http as th
+
+    return th.InferenceServerClient(server.url.removeprefix("http://"))
+
+
+@pytest.fixture(scope="module")
+def grpc_client(server):
+    import tritonclient.grpc as tg
+
+    return tg.InferenceServerClient(server.grpc_url)
+
+
+def triton_infer(client, kind: str, model: str, tensors: dict[str, np.ndarray], datatypes: dict[str, str],
+                 binary: bool = True, outputs: list[str] | None = None, version: str = ""):
+    if kind == "grpc":
+        import tritonclient.grpc as t
+    else:
+        import tritonclient.http as t
+    inputs = []
+    for name, arr in tensors.items():
+        i = t.InferInput(name, list(arr.shape), datatypes[name])
+        if kind == "grpc":
+            i.set_data_from_numpy(arr)
+        else:
+            i.set_data_from_numpy(arr, binary_data=binary)
+        inputs.append(i)
+    requested = None
+    if outputs is not None:
+        requested = [t.InferRequestedOutput(o) if kind == "grpc" else t.InferRequestedOutput(o, binary_data=binary)
+                     for o in outputs]
+    return client.infer(model, inputs, outputs=requested, model_version=version, request_id="req-7")
+
+
+TRANSPORTS = [("http", False), ("http", True), ("grpc", True)]
+
+
+@pytest.mark.parametrize(("kind", "binary"), TRANSPORTS, ids=["http-json", "http-binary", "grpc"])
+def test_reference_cases_exact(shared_models, http, grpc_client, kind, binary):
+    ref = json.loads((shared_models / "tensor-models" / "reference.json").read_text())
+    client = grpc_client if kind == "grpc" else http
+    for model, spec in ref["models"].items():
+        for case in spec["cases"]:
+            req = case["kserve_v2_request"]["inputs"]
+            tensors = {t["name"]: np.array(t["data"], dtype=NUMPY[t["datatype"]]).reshape(t["shape"]) for t in req}
+            result = triton_infer(client, kind, model, tensors, {t["name"]: t["datatype"] for t in req}, binary)
+            for exp in case["expected_outputs"]:
+                got = result.as_numpy(exp["name"])
+                assert list(got.shape) == exp["shape"]
+                assert got.dtype == NUMPY[exp["datatype"]]
+                want = np.array(exp["data"], dtype=NUMPY[exp["datatype"]])
+                if want.dtype.kind in "iu":
+                    assert np.array_equal(got.reshape(-1), want), (model, exp["name"])  # integers: exact
+                else:  # the reference writes floats rounded to 6 decimals
+                    assert np.abs(got.reshape(-1) - want).max() <= 1e-6, (model, exp["name"])
+            response = result.get_response()
+            assert (response["id"] if kind == "http" else response.id) == "req-7"
+
+
+@pytest.mark.parametrize(("kind", "binary"), TRANSPORTS, ids=["http-json", "http-binary", "grpc"])
+@pytest.mark.parametrize("datatype", list(TRITON))
+def test_every_datatype_round_trips(server, http, grpc_client, kind, binary, datatype):
+    arr = sample(datatype)
+    if datatype == "FP16" and kind == "http" and not binary:  # tritonclient refuses FP16 in JSON; we take numbers
+        tensor = {"name": "X", "datatype": "FP16", "shape": [2, 3], "data": arr.astype(float).reshape(-1).tolist()}
+        r = httpx.post(server.url + "/v2/models/ident_fp16/infer", json={"inputs": [tensor]})
+        out = r.json()["outputs"][0]
+        assert out["datatype"] == "FP16" and np.array_equal(np.array(out["data"], np.float16).reshape(2, 3), arr)
+        return
+    result = triton_infer(grpc_client if kind == "grpc" else http, kind, f"ident_{datatype.lower()}", {"X": arr},
+                          {"X": datatype}, binary)
+    got = result.as_numpy("Y")
+    if datatype == "BYTES":
+        assert [x.decode() if isinstance(x, bytes) else x for x in got.reshape(-1)] == arr.reshape(-1).tolist()
+    else:
+        assert got.dtype == arr.dtype and np.array_equal(got, arr)
+
+
+def test_int64_beyond_2_53_exact_in_json(server):
+    big = [2**53 + 1, -(2**62) - 3, 2**63 - 2]
+    r = httpx.post(server.url + "/v2/models/int64_identity/infer",
+                   json={"inputs": [{"name": "INPUT0", "datatype": "INT64", "shape": [1, 3], "data": big}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["outputs"][0]["data"] == [v + 1 for v in big]  # +1: the graph ran, nothing rounded
+
+
+def test_request_without_batch_dimension_is_answered_without_it(server):
+    r = httpx.post(server.url + "/v2/models/add_one/infer",
+                   json={"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4]}]})
+    out = r.json()["outputs"][0]
+    assert out["shape"] == [4] and out["data"] == [2, 3, 4, 5]
+
+
+def test_output_subset_id_and_metadata(server, http):
+    r = httpx.post(server.url + "/v2/models/add_sub/infer", json={
+        "id": "abc", "outputs": [{"name": "OUTPUT1"}],
+        "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": [1.0] * 16},
+                   {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16}]})
+    body = r.json()
+    assert body["id"] == "abc" and [o["name"] for o in body["outputs"]] == ["OUTPUT1"]
+    assert body["outputs"][0]["data"] == [0.5] * 16
+    meta = http.get_model_metadata("add_sub")
+    assert meta["platform"] == "onnxruntime_onnx" and meta["inputs"][0] == {"name": "INPUT0", "datatype": "FP32",
+                                                                           "shape": [-1, 16]}
+    assert http.get_server_metadata()["extensions"] == ["binary_tensor_data"]
+    assert http.is_server_live() and http.is_server_ready() and http.is_model_ready("add_one")
+    assert not http.is_model_ready("nope")
+
+
+def fp32(name: str, shape: list[int], data: list | None = None, datatype: str = "FP32") -> dict:
+    n = int(np.prod(shape)) if shape else 1
+    return {"name": name, "datatype": datatype, "shape": shape, "data": data if data is not None else [1.0] * n}
+
+
+@pytest.mark.parametrize(("model", "inputs", "status", "says"), [
+    ("add_one", [fp32("NOPE", [1, 4])], 400, "unknown input 'NOPE'; the model's inputs are INPUT0 (FP32 [-1, 4])"),
+    ("add_sub", [fp32("INPUT0", [1, 16])], 400, "missing input(s) INPUT1"),
+    ("add_one", [fp32("INPUT0", [1, 4], [1, 2, 3, 4], "INT32")], 400,
+     "input 'INPUT0' has datatype INT32 but the model expects FP32"),
+    ("add_one", [fp32("INPUT0", [1, 1, 4])], 400, "expects rank 2"),
+    ("add_one", [fp32("INPUT0", [1, 5])], 400, "dimension 1 must be 4"),
+    ("add_one", [fp32("INPUT0", [1, 4], [1.0] * 3)], 400, "has 3 elements but shape [1, 4] holds 4"),
+    ("add_one", [fp32("INPUT0", [9, 4])], 400, "batch size 9; at most 8 (max_batch_size)"),
+    ("add_one", [fp32("INPUT0", [1, 4], ["a", "b", "c", "d"])], 400, "FP32 elements must be numbers"),
+    ("add_one", [{"name": "INPUT0", "datatype": "FP99", "shape": [1, 4], "data": [1] * 4}], 400, "unknown datatype"),
+    ("nope", [fp32("INPUT0", [1, 4])], 404, "model 'nope' not found"),
+])
+def test_bad_tensors_are_400_with_kserve_body(server, model, inputs, status, says):
+    r = httpx.post(server.url + f"/v2/models/{model}/infer", json={"inputs": inputs})
+    assert r.status_code == status, r.text
+    assert set(r.json()) == {"error"} and says in r.json()["error"]
+
+
+@pytest.mark.parametrize(("size", "tail", "says"), [
+    (16, 20, "4 bytes of binary data are not claimed by any input"),
+    (12, 12, "has 12 bytes of data but shape [1, 4] of FP32 needs 16"),
+    (20, 16, "binary_data_size 20 does not fit the 16 bytes"),
+])
+def test_bad_binary_framing(server, size, tail, says):
+    raw = np.ones((1, 8), np.float32).tobytes()[:tail]
+    head = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4],
+                                   "parameters": {"binary_data_size": size}}]}).encode()
+    r = httpx.post(server.url + "/v2/models/add_one/infer", content=head + raw,
+                   headers={"Inference-Header-Content-Length": str(len(head))})
+    assert r.status_code == 400 and says in r.json()["error"]
+
+
+def test_grpc_errors_carry_status_codes(grpc_client):
+    import grpc
+    from tritonclient.utils import InferenceServerException
+
+    with pytest.raises(InferenceServerException, match="dimension 1 must be 4") as info:
+        triton_infer(grpc_client, "grpc", "add_one", {"INPUT0": np.zeros((1, 5), np.float32)}, {"INPUT0": "FP32"})
+    assert info.value.status() == str(grpc.StatusCode.INVALID_ARGUMENT)
+    with pytest.raises(InferenceServerException, match="not found") as info:
+        triton_infer(grpc_client, "grpc", "nope", {"INPUT0": np.zeros((1, 4), np.float32)}, {"INPUT0": "FP32"})
+    assert info.value.status() == str(grpc.StatusCode.NOT_FOUND)
+
+
+def test_grpc_stream_answers_in_order_and_survives_a_bad_request(grpc_client):
+    import queue
+
+    import tritonclient.grpc as tg
+
+    results: queue.Queue = queue.Queue()
+    grpc_client.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        for k, width in enumerate([4, 5, 4]):
+            i = tg.InferInput("INPUT0", [1, width], "FP32")
+            i.set_data_from_numpy(np.full((1, width), float(k), np.float32))
+            grpc_client.async_stream_infer("add_one", [i], request_id=str(k))
+        got = [results.get(timeout=20) for _ in range(3)]
+    finally:
+        grpc_client.stop_stream()
+    assert got[0][1] is None and got[0][0].as_numpy("OUTPUT0").tolist() == [[1.0] * 4]
+    assert got[1][0] is None and "dimension 1 must be 4" in str(got[1][1])
+    assert got[2][1] is None and got[2][0].as_numpy("OUTPUT0").tolist() == [[3.0] * 4]
+
+
+def forwards(server, model: str, version: str = "") -> tuple[float, float]:
+    text = httpx.get(server.url + "/metrics").text
+
+    def value(name: str) -> float:
+        m = re.search(rf'^{name}{{model="{model}",version="{version}"}} ([0-9.e+]+)$', text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    return value("rsinfer_batch_rows_count"), value("rsinfer_batch_rows_sum")
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_rows(server):
+    """64 concurrent [1,4] requests on one replica with max_batch_size 64: rows of several requests share
+    forwards, and every caller gets exactly its own row back."""
+    before = forwards(server, "solo")
+
+    async def main():
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as c:
+            return await asyncio.gather(*(c.post("/v2/models/solo/infer", json={"inputs": [
+                fp32("INPUT0", [1, 4], [float(k), k + 0.25, -k, 2.0 * k])]}) for k in range(64)))
+
+    answers = asyncio.run(main())
+    for k, r in enumerate(answers):
+        assert r.json()["outputs"][0]["data"] == [k + 1.0, k + 1.25, 1.0 - k, 2.0 * k + 1]
+    after = forwards(server, "solo")
+    n_forwards, n_rows = after[0] - before[0], after[1] - before[1]
+    assert n_rows == 64 and n_forwards < 64
+
+
+def test_weighted_versions_and_named_versions(server, http):
+    versions = []
+    for _ in range(20):  # two windows of 10: 7 + 3 in each, in a fixed order
+        r = httpx.post(server.url + "/v2/models/adder/infer", json={"inputs": [fp32("INPUT0", [1, 4], [0.0] * 4)]})
+        body = r.json()
+        versions.append(body["model_version"])
+        assert body["outputs"][0]["data"] == [1.0 if body["model_version"] == "1" else 2.0] * 4
+    assert versions[:10] == versions[10:] and versions[:10].count("1") == 7
+    for window in range(11):
+        assert versions[window:window + 10].count("1") == 7  # 70/30 over any 10 consecutive requests
+    r = httpx.post(server.url + "/v2/models/adder/versions/2/infer", json={"inputs": [fp32("INPUT0", [1, 4])]})
+    assert r.json()["model_version"] == "2" and r.json()["outputs"][0]["data"] == [3.0] * 4
+    r = httpx.post(server.url + "/v2/models/adder/versions/9/infer", json={"inputs": [fp32("INPUT0", [1, 4])]})
+    assert r.status_code == 404 and "no version '9'" in r.json()["error"]
+    r = httpx.post(server.url + "/v2/models/pinned/infer", json={"inputs": [fp32("INPUT0", [1, 4], [0.0] * 4)]})
+    assert r.json()["model_version"] == "2"  # default_version answers when there are no weights
+    assert http.get_model_metadata("adder")["versions"] == ["1", "2"]
+    assert http.is_model_ready("adder", "2") and not http.is_model_ready("adder", "9")
+    res = triton_infer(http, "http", "adder", {"INPUT0": np.zeros((1, 4), np.float32)}, {"INPUT0": "FP32"},
+                       version="1")
+    assert res.get_response()["model_version"] == "1"
+    models = {m["id"]: m for m in httpx.get(server.url + "/v1/models").json()["data"]}
+    assert [v["version"] for v in models["adder"]["versions"]] == ["1", "2"]
+    assert [v["weight"] for v in models["adder"]["versions"]] == [70, 30]
+    assert forwards(server, "adder", "2")[0] > 0  # per-version metrics
+
+
+def test_inferstack_routes(server):
+    r = httpx.post(server.url + "/infer", json={"model": "add_one", "input": [[1.0, 2.0, 3.0, 4.0]]})
+    assert r.json() == {"output": [[2.0, 3.0, 4.0, 5.0]], "outputs": {"OUTPUT0": [[2.0, 3.0, 4.0, 5.0]]},
+                        "model_version": "1"}
+    r = httpx.post(server.url + "/infer", json={"model": "add_sub", "inputs": {"INPUT0": [[1.0] * 16],
+                                                                               "INPUT1": [[2.0] * 16]}})
+    assert r.json()["outputs"] == {"OUTPUT0": [[3.0] * 16], "OUTPUT1": [[-1.0] * 16]}
+    r = httpx.post(server.url + "/infer", json={"model": "adder", "model_version": "2", "input": [[0, 0, 0, 0]]})
+    assert r.json()["model_version"] == "2" and r.json()["output"] == [[2.0] * 4]
+    r = httpx.post(server.url + "/batch", json={"model": "add_one", "input": [[1, 1, 1, 1], [2, 2, 2, 2]]})
+    assert r.json()["outputs"] == [{"OUTPUT0": [2.0] * 4}, {"OUTPUT0": [3.0] * 4}]
+    r = httpx.post(server.url + "/batch", json={"model": "add_one", "input": [[1, 1, 1, 1]] * 9})
+    assert r.status_code == 400 and "at most 8" in r.json()["error"]
+    r = httpx.post(server.url + "/infer", json={"model": "add_one", "input": [[1, 2], [3]]})
+    assert r.status_code == 400 and "ragged" in r.json()["error"]
+    listed = {m["name"]: m for m in httpx.get(server.url + "/models").json()["models"]}
+    assert listed["adder"]["versions"][1]["inputs"] == [{"name": "INPUT0", "shape": [-1, 4], "dtype": "float32"}]
+
+
+def test_api_key_on_grpc_and_kserve_http(shared_models):
+    import grpc
+    import tritonclient.grpc as tg
+    from tritonclient.utils import InferenceServerException
+
+    cfg = parse_config({"server": {"api_keys": ["k1"]}, "models": [
+        {"name": "add_one", "kind": "tensor", "path": str(shared_models / "tensor-models" / "add_one"),
+         "replicas": 1}]})
+    with ServerThread(cfg, grpc=True) as srv:
+        client = tg.InferenceServerClient(srv.grpc_url)
+        assert client.is_server_live()  # health is open, like /health
+        with pytest.raises(InferenceServerException) as info:
+            client.get_model_metadata("add_one")
+        assert info.value.status() == str(grpc.StatusCode.UNAUTHENTICATED)
+        assert client.get_model_metadata("add_one", headers={"authorization": "Bearer k1"}).name == "add_one"
+        assert httpx.get(srv.url + "/v2/models/add_one").status_code == 401
+        assert httpx.get(srv.url + "/v2/health/ready").status_code == 200
+
+
+def test_version_config_errors():
+    base = {"name": "m", "kind": "tensor", "versions": [{"version": "1", "path": "a", "weight": 60},
+                                                         {"version": "2", "path": "b", "weight": 30}]}
+    with pytest.raises(ConfigError, match=r"models\[0\]\.versions: weights must sum to 100, got 90"):
+        parse_config({"models": [base]})
+    with pytest.raises(ConfigError, match=r"models\[0\]\.default_version: '3' is not one of the versions"):
+        parse_config({"models": [{**base, "versions": [{"version": "1", "path": "a"}], "default_version": "3"}]})
+    with pytest.raises(ConfigError, match=r"either every version has a `weight` or none has"):
+        parse_config({"models": [{**base, "versions": [{"version": "1", "path": "a", "weight": 100},
+                                                       {"version": "2", "path": "b"}]}]})
+
+
+def test_max_batch_size_needs_a_batch_dimension(tmp_path):
+    from rsinfer_cli.engine.registry import Registry
+    from rsinfer_cli.errors import ModelLoadError
+    from rsinfer_cli.server.app import create_app
+
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])
+    (tmp_path / "fixed").mkdir()
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("Identity", ["X"], ["Y"])], "g", [x], [y]),
+                                opset_imports=[helper.make_opsetid("", 13)], ir_version=8),
+              str(tmp_path / "fixed" / "model.onnx"))
+    cfg = parse_config({"models": [{"name": "f", "kind": "tensor", "path": str(tmp_path / "fixed"),
+                                    "max_batch_size": 4, "replicas": 1}]})
+    with pytest.raises(ModelLoadError, match="without a variable batch dimension 0; set max_batch_size: 0"):
+        create_app(cfg, Registry.load(cfg))
