@@ -19,6 +19,7 @@ _rsinfer() {
                 --eps) return ;;
                 --batch-sizes) return ;;
                 --seq-lens) return ;;
+                --shape) return ;;
                 --warmup) return ;;
                 --repeats) return ;;
                 --model|-m) return ;;
@@ -29,7 +30,7 @@ _rsinfer() {
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
                 --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot pii tensor" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--url --route --concurrency --requests --duration --texts-per-request --corpus --eps --batch-sizes --seq-lens --warmup --repeats --model -m --config -c --path --hf --revision --dtype --kind --json --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--url --route --concurrency --requests --duration --texts-per-request --corpus --eps --batch-sizes --seq-lens --shape --warmup --repeats --model -m --config -c --path --hf --revision --dtype --kind --json --help -h" -- "$cur")) ;;
         classify)
             case "$prev" in
                 --labels|-l) return ;;

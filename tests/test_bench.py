@@ -83,3 +83,16 @@ def test_bad_options_exit_2():
     assert bench("--url", "http://127.0.0.1:9", "--route", "/nope").returncode == 2
     proc = bench("--path", "/nonexistent", "--batch-sizes", "1,x")
     assert proc.returncode == 2 and "--batch-sizes" in proc.stderr
+
+
+@pytest.mark.shared
+def test_tensor_model_with_random_inputs_from_its_signature(shared_models):
+    model = str(shared_models / "tensor-models" / "int64_identity")
+    proc = bench("--path", model, "--shape", "INPUT0=1,32", "--batch-sizes", "1,4", "--seq-lens", "8",
+                 "--warmup", "1", "--repeats", "3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["kind"] == "tensor" and [r["batch"] for r in out["results"]] == [1, 4]
+    assert all(r["rows_per_s"] > 0 for r in out["results"])
+    bad = bench("--path", model, "--shape", "INPUT0=1,2,3", "--repeats", "1")
+    assert bad.returncode == 2 and "does not fit the input's shape [-1, -1]" in bad.stderr

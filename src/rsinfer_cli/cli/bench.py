@@ -53,6 +53,19 @@ def _ints(value: str, option: str) -> list[int]:
     return out
 
 
+def _shapes(values: list[str]) -> dict[str, list[int]]:
+    """`--shape NAME=d0,d1` options → {NAME: [d0, d1]}."""
+    from ..errors import ConfigError
+
+    out: dict[str, list[int]] = {}
+    for value in values:
+        name, sep, dims = value.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--shape must be NAME=d0,d1,…, got '{value}'")
+        out[name] = _ints(dims, f"--shape {name}")
+    return out
+
+
 def _progress(total: int, label: str) -> Any:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -67,13 +80,13 @@ def _progress(total: int, label: str) -> Any:
 
 
 def bench_in_process(cfg: Any, server: Any, eps: list[str], batch_sizes: list[int], seq_lens: list[int],
-                     warmup: int, repeats: int) -> list[dict[str, Any]]:
+                     warmup: int, repeats: int, shapes: dict[str, list[int]] | None = None) -> list[dict[str, Any]]:
     import dataclasses
 
     from ..config import EPS, hub_cache_dir
     from ..engine.model import load_model
     from ..engine.session import PROVIDERS, available_providers
-    from ..errors import ConfigError
+    from ..errors import ConfigError, InputError, ModelLoadError
     from ..pipelines import build_pipeline
 
     unknown = [e for e in eps if e not in EPS]
@@ -88,17 +101,27 @@ def bench_in_process(cfg: Any, server: Any, eps: list[str], batch_sizes: list[in
                 rows.append({"ep": ep, "skipped": f"{PROVIDERS[ep]} is not installed in this onnxruntime build"})
                 bar.advance(task, len(batch_sizes) * len(seq_lens))
                 continue
-            model = load_model(dataclasses.replace(cfg, eps=(ep,), replicas=1), server,
-                               hub_cache_dir(server.hf_cache_dir))
+            run_cfg = dataclasses.replace(cfg, eps=(ep,), replicas=1)
+            if cfg.kind == "tensor" and cfg.max_batch_size == 0:  # batch sizes along dimension 0
+                run_cfg = dataclasses.replace(run_cfg, max_batch_size=max(batch_sizes))
+            model = load_model(run_cfg, server, hub_cache_dir(server.hf_cache_dir))
             if model.providers[0] != ep:
                 rows.append({"ep": ep, "skipped": f"the session fell back to {model.providers[0]}"})
                 bar.advance(task, len(batch_sizes) * len(seq_lens))
                 continue
-            pipe = build_pipeline(model, server)
+            try:
+                pipe = build_pipeline(model, server)
+            except ModelLoadError:  # a graph without a batch dimension: run it as it is
+                model.config = dataclasses.replace(model.config, max_batch_size=0)
+                pipe = build_pipeline(model, server)
             session = model.sessions[0]
+            try:
+                pipe.sample_rows(1, 1, shapes)  # a --shape that does not fit is an option error
+            except InputError as exc:
+                raise ConfigError(str(exc)) from None
             for seq in seq_lens:
                 for batch in batch_sizes:
-                    sample, _ = pipe.sample_rows(batch, seq)  # the family's rows of this shape
+                    sample, _ = pipe.sample_rows(batch, seq, shapes)  # the family's rows of this shape
                     for _ in range(warmup):
                         pipe.forward(session, sample)
                     times = []
@@ -204,7 +227,10 @@ def bench_cmd(
     corpus: Path = typer.Option(None, "--corpus", help="Texts, one per line (default: a built-in mixed corpus)."),
     eps: str = typer.Option("cpu", "--eps", help="In-process: execution providers to compare, e.g. cpu,cuda."),
     batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="In-process: rows per forward."),
-    seq_lens: str = typer.Option("16,128", "--seq-lens", help="In-process: tokens per row."),
+    seq_lens: str = typer.Option("16,128", "--seq-lens", help="In-process: tokens per row (tensor models: the size "
+                                 "of their other variable dimensions)."),
+    shape: list[str] = typer.Option(None, "--shape", help="In-process, tensor models: NAME=d0,d1,… the shape of an "
+                                    "input (repeatable; dimension 0 becomes each --batch-sizes value)."),
     warmup: int = typer.Option(3, "--warmup", help="In-process: untimed forwards first."),
     repeats: int = typer.Option(20, "--repeats", help="In-process: timed forwards per shape."),
     model: str = typer.Option(None, "--model", "-m", help="Model name (in --config, or sent to --url)."),
@@ -258,7 +284,7 @@ def bench_cmd(
         from ..config import hub_cache_dir
 
         cfg = dataclasses.replace(cfg, kind=guess_source_kind(cfg, hub_cache_dir(server.hf_cache_dir))[0])
-    rows = bench_in_process(cfg, server, ep_list, *shapes, warmup, repeats)
+    rows = bench_in_process(cfg, server, ep_list, *shapes, warmup, repeats, _shapes(shape or []))
     if json_out:
         print_json({"model": cfg.name, "kind": cfg.kind, "results": rows})
     else:

@@ -86,8 +86,10 @@ class RowPipeline:
         assert info is not None, name
         return info.shape
 
-    def sample_rows(self, batch: int, length: int) -> tuple[list[Any], list[int]]:
-        """`batch` rows of `length` (tokens, or the family's unit) for `rsinfer bench`."""
+    def sample_rows(self, batch: int, length: int,
+                    shapes: dict[str, list[int]] | None = None) -> tuple[list[Any], list[int]]:
+        """`batch` rows of `length` (tokens, or the family's unit) for `rsinfer bench`; `shapes`: input shapes
+        where the family's inputs are tensors."""
         raise NotImplementedError
 
     def runner(self) -> Runner:

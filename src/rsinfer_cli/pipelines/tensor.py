@@ -198,10 +198,22 @@ class TensorPipeline(RowPipeline):
                 start += size
         return out
 
-    def sample_rows(self, batch: int, length: int) -> tuple[list[Any], list[int]]:
-        """Random rows from the signature (dynamic dimensions other than the batch get `length`)."""
+    def sample_rows(self, batch: int, length: int,
+                    shapes: dict[str, list[int]] | None = None) -> tuple[list[Any], list[int]]:
+        """Random rows from the signature: an input's shape from `shapes` if given, else its variable
+        dimensions other than the batch get `length`."""
+        shapes = shapes or {}
+        unknown = sorted(set(shapes) - set(self.inputs))
+        if unknown:
+            raise InputError(f"--shape: no input {', '.join(unknown)}; the model's inputs are {self.signature()}")
         dims = {str(d): length for t in self.model.graph.inputs for d in t.shape[1:] if isinstance(d, str)}
         base = sample_feeds(self.model.graph, dims)
+        for name, shape in shapes.items():
+            want = kserve_shape(self.inputs[name])
+            given = [1, *shape[1:]] if self.max_batch_size > 0 else list(shape)
+            if len(given) != len(want) or any(w >= 0 and g != w for g, w in zip(given, want, strict=True)):
+                raise InputError(f"--shape {name}={','.join(map(str, shape))} does not fit the input's shape {want}")
+            base[name] = np.zeros(given, dtype=base[name].dtype)
         rng = np.random.default_rng(0)
         row: TensorRow = {}
         for name, arr in base.items():

@@ -200,6 +200,7 @@ class TextPipeline(RowPipeline):
         types = enc.type_ids if enc.type_ids is not None else [None] * len(enc.ids)
         return Work(list(zip(enc.ids, types, strict=True)), enc.lengths, finish, timing)
 
-    def sample_rows(self, batch: int, length: int) -> tuple[list[Any], list[int]]:
+    def sample_rows(self, batch: int, length: int,
+                    shapes: dict[str, list[int]] | None = None) -> tuple[list[Any], list[int]]:
         token = self.encoder.tokenizer.encode("the", add_special_tokens=False).ids[:1] or [1]
         return [(token * length, [0] * length)] * batch, [length] * batch
