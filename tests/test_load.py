@@ -156,3 +156,52 @@ def test_client_that_gives_up_stops_a_long_document(tmp_path, shared_models, bat
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
     finally:
         assert srv.stop() == 0
+
+
+def test_sigterm_drains_accepted_grpc_calls(tmp_path):
+    """Six gRPC ModelInfer calls queued on one slow replica: SIGTERM lets every one finish, then exit 0."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import onnx
+    import tritonclient.grpc as tg
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 768, 768])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 768, 768])
+    steps = 40  # about a second of one core per call
+    nodes = [helper.make_node("MatMul", ["X" if k == 0 else f"M{k}", "X"], ["Y" if k == steps - 1 else f"M{k + 1}"])
+             for k in range(steps)]
+    (tmp_path / "slow").mkdir()
+    onnx.save(helper.make_model(helper.make_graph(nodes, "slow", [x], [y]), ir_version=8,
+                                opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "slow" / "model.onnx"))
+    port, grpc_port = free_port(), free_port()
+    cfg = tmp_path / "grpc.yaml"
+    cfg.write_text(f"server: {{bind: '127.0.0.1:{port}', grpc_bind: '127.0.0.1:{grpc_port}'}}\nmodels:\n"
+                   f"  - {{name: slow, kind: tensor, path: '{tmp_path / 'slow'}', replicas: 1, intra_threads: 1}}\n")
+    srv = ServeProcess(cfg, port)
+    try:
+        srv.wait_ready()
+        client = tg.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        data = np.full((1, 768, 768), 1 / 768, np.float32)  # X @ X == X: the values stay put
+
+        def call(_: int) -> float:
+            i = tg.InferInput("X", [1, 768, 768], "FP32")
+            i.set_data_from_numpy(data)
+            return float(client.infer("slow", [i], client_timeout=120).as_numpy("Y")[0, 0, 0])
+
+        with ThreadPoolExecutor(6) as pool:
+            futures = [pool.submit(call, k) for k in range(6)]
+            deadline = time.monotonic() + 30
+            queued = 0.0
+            while time.monotonic() < deadline and queued < 5:  # one runs, five wait in the scheduler
+                queued = metric(httpx.get(srv.url + "/metrics", timeout=10).text,
+                                'rsinfer_queue_depth{model="slow",version=""}')
+                time.sleep(0.01)
+            assert queued >= 5, queued
+            srv.proc.send_signal(signal.SIGTERM)
+            values = [f.result(timeout=120) for f in futures]
+        assert values == pytest.approx([1 / 768] * 6, rel=1e-3)
+        assert srv.proc.wait(60) == 0
+    finally:
+        srv.stop()
