@@ -197,6 +197,7 @@ def test_output_subset_id_and_metadata(server, http):
                    {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16}]})
     body = r.json()
     assert body["id"] == "abc" and [o["name"] for o in body["outputs"]] == ["OUTPUT1"]
+    assert body["model_name"] == "add_sub" and body["model_version"] == "1"  # an unversioned model is version 1
     assert body["outputs"][0]["data"] == [0.5] * 16
     meta = http.get_model_metadata("add_sub")
     assert meta["platform"] == "onnxruntime_onnx" and meta["inputs"][0] == {"name": "INPUT0", "datatype": "FP32",

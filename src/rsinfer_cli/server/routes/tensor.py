@@ -98,9 +98,7 @@ async def kserve_infer(request: web.Request) -> web.Response:
     names, binary, binary_default = codec.requested_outputs(body)
     result = await infer(state, m, tensors, names)
     items, chunks = codec.encode_outputs(result.outputs, binary, binary_default and names is None)
-    response: dict[str, Any] = {"model_name": m.name, "outputs": items}
-    if m.version is not None:
-        response["model_version"] = m.version
+    response: dict[str, Any] = {"model_name": m.name, "model_version": m.version or "1", "outputs": items}
     if "id" in body:
         response["id"] = body["id"]
     from ...jsonio import dumps
