@@ -10,6 +10,15 @@ import time
 from pathlib import Path
 
 
+def append_results(out: Path, lines: list[str]) -> int:
+    """Append a section to RESULTS.md (and print it); the exit status of a benchmark script."""
+    text = "\n".join(lines)
+    with out.open("a", encoding="utf-8") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _serve import Serve
+from _serve import Serve, append_results
 from batching import ROOT, SHARED, ceiling, drive, machine, mixed, queries
 
 MODEL = SHARED / "all-minilm-l6-v2"
@@ -117,12 +117,7 @@ def main() -> int:
                      f"{c['rps']:.1f} | {c['p50_ms']:.1f} / {c['p95_ms']:.1f} | "
                      f"{c['p95_ms'] / max(c['p50_ms'], 1e-9):.2f} | {d['p95_ms'] / max(d['p50_ms'], 1e-9):.2f} | "
                      f"{errors} |")
-    lines.append("")
-    text = "\n".join(lines)
-    with args.out.open("a", encoding="utf-8") as f:
-        f.write(text)
-    print(text)
-    return 0
+    return append_results(args.out, [*lines, ""])
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _serve import Serve, free_port
+from _serve import Serve, append_results, free_port
 from batching import ROOT, SHARED, drive, machine
 
 MODEL = SHARED / "tensor-models" / "add_one"
@@ -130,11 +130,7 @@ def main() -> int:
              f"{off['rps'] / ceiling:.3f} |",
              "", f"Dynamic batching on / off: {on['rps'] / max(off['rps'], 1e-9):.2f}x rows/s; p50 under load "
              f"{on['p50_ms']:.1f} ms on vs {off['p50_ms']:.1f} ms off; errors {on['errors'] + off['errors']}.", ""]
-    text = "\n".join(lines)
-    with args.out.open("a", encoding="utf-8") as f:
-        f.write(text)
-    print(text)
-    return 0
+    return append_results(args.out, lines)
 
 
 if __name__ == "__main__":
