@@ -44,6 +44,18 @@ class BatchingConfig:
 
 
 @dataclass(frozen=True)
+class CacheConfig:
+    """The row cache (server-wide; a model opts out with `cache: false`)."""
+
+    backend: str = _opt("memory", choices=("memory", "redis"))
+    max_mb: float = _opt(256, gt=0)                     # memory: an LRU bounded by this many MiB
+    url: str = "redis://127.0.0.1:6379/0"               # redis: rediss:// and a password in the URL work
+    ttl_s: int = _opt(86400, gt=0)                      # redis: entries expire after this many seconds
+    min_inference_ms: float = _opt(0, ge=0)             # cache a request's rows only if their forwards took this long
+    timeout_ms: float = _opt(50, gt=0)                  # redis: per round trip; slower = served without the cache
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     bind: str = "127.0.0.1:8080"
     grpc_bind: str | None = None          # KServe v2 gRPC (tritonclient.grpc), e.g. 127.0.0.1:8001; off when unset
@@ -58,6 +70,7 @@ class ServerConfig:
     max_rerank_documents: int = _opt(1000, gt=0)
     max_candidate_labels: int = _opt(64, gt=0)
     pii_hash_salt: str | None = None
+    cache: CacheConfig | None = None                 # null: no cache
 
     @property
     def host(self) -> str:
@@ -95,6 +108,7 @@ class ModelConfig:
     max_len: int | None = _opt(None, gt=0)
     truncate: bool = True
     default: bool = False
+    cache: bool = True                    # false: this model's rows never go through server.cache
     replicas: int = _opt(2, ge=1)
     max_batch: int | None = _opt(None, ge=1)  # rs-infer's spelling of batching.max_rows (one knob: that one)
     eps: tuple[str, ...] = _opt(("cpu",), choices=EPS)

@@ -112,4 +112,9 @@ def load_pipeline(kind: str, *, name: str | None, config: Path | None, path: Pat
         cfg = dataclasses.replace(cfg, batching=dataclasses.replace(cfg.batching, max_rows=max_rows))
     if overrides:
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
-    return build_pipeline(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)), server)
+    pipe = build_pipeline(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)), server)
+    if server.cache is not None and cfg.cache:  # the config's server.cache serves one-shot commands too
+        from ..engine.cache import open_cache
+
+        pipe.cache = open_cache(server.cache)
+    return pipe

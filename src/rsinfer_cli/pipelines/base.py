@@ -5,14 +5,18 @@ either way the family's `forward` collates rows into feeds, runs them and splits
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ..config import ServerConfig
+from ..engine.cache import Cache, decode_value, encode_value, model_identity, row_key
 from ..engine.model import LoadedModel
 from ..engine.scheduler import Runner, run_rows
 from ..engine.session import Session
@@ -97,10 +101,89 @@ class RowPipeline:
         return Runner(self.model.sessions[0], self.forward)
 
     def run(self, work: Work[T], runner: Runner | None = None) -> T:
-        """The direct path: the work's rows on one replica, in length-sorted forwards, then its answer."""
-        outputs = run_rows(runner or self.runner(), work.rows, work.costs, max_rows=self.max_rows,
-                           max_tokens=self.max_tokens, max_padding=self.max_padding)
-        return work.finish(outputs)
+        """The direct path: the work's rows on one replica, in length-sorted forwards, then its answer; rows in
+        `self.cache` (a one-shot command's `server.cache`) are not run again."""
+        cache = self.cache
+        if cache is None:
+            outputs = run_rows(runner or self.runner(), work.rows, work.costs, max_rows=self.max_rows,
+                               max_tokens=self.max_tokens, max_padding=self.max_padding)
+            return work.finish(outputs)
+        keys = self.row_keys(work)
+        split = Cached(work, cache.get_many(keys))
+        outs = run_rows(runner or self.runner(), split.rows, split.costs, max_rows=self.max_rows,
+                        max_tokens=self.max_tokens, max_padding=self.max_padding) if split.missing else []
+        cache.set_many(split.entries(keys, outs))
+        return work.finish(split.merge(outs))
+
+    # ------------------------------------------------------------ the row cache
+
+    cache: Cache | None = None            # set by one-shot commands; the server keeps its own
+    _identity: bytes | None = None
+
+    def row_bytes(self, row: Any) -> bytes:
+        """What the model sees of a row, as bytes (for its cache key)."""
+        raise NotImplementedError
+
+    def identity(self) -> bytes:
+        """The model and what this pipeline does to its outputs: the first half of every row key."""
+        if self._identity is None:
+            import json
+
+            self._identity = model_identity(self.model.name, self.model.version, graph_digest(self.model),
+                                            json.dumps(self.describe(), sort_keys=True, default=str))
+        return self._identity
+
+    def row_keys(self, work: Work[Any]) -> list[bytes]:
+        ident = self.identity()
+        return [row_key(ident, self.row_bytes(r)) for r in work.rows]
+
+
+def graph_digest(model: LoadedModel) -> str:
+    """BLAKE2b of the graph file (and its external data), computed once per loaded model."""
+    digest = model.stats.get("graph_digest")
+    if digest is None:
+        h = hashlib.blake2b(digest_size=16)
+        path = model.resolved.graph_path
+        for p in [path, *(path.parent / Path(rel).name for rel in model.resolved.external_data)]:
+            with open(p, "rb") as f:
+                while block := f.read(1 << 20):
+                    h.update(block)
+        digest = model.stats["graph_digest"] = h.hexdigest()
+    return str(digest)
+
+
+class Cached:
+    """A work's rows split by the cache: the missing ones to run, and how to put the answer back together."""
+
+    def __init__(self, work: Work[Any], found: Sequence[bytes | None]) -> None:
+        self.outputs: list[Any] = []
+        for raw in found:
+            try:
+                self.outputs.append(decode_value(raw) if raw is not None else None)
+            except (ValueError, struct.error):
+                self.outputs.append(None)  # an unreadable entry is a miss
+        self.missing = [i for i, o in enumerate(self.outputs) if o is None]
+        self.rows = [work.rows[i] for i in self.missing]
+        self.costs = [work.costs[i] for i in self.missing]
+
+    @property
+    def status(self) -> str:
+        return "miss" if len(self.missing) == len(self.outputs) else "partial" if self.missing else "hit"
+
+    def merge(self, outs: Sequence[Any]) -> list[Any]:
+        merged = list(self.outputs)
+        for i, out in zip(self.missing, outs, strict=True):
+            merged[i] = out
+        return merged
+
+    def entries(self, keys: Sequence[bytes], outs: Sequence[Any]) -> list[tuple[bytes, bytes]]:
+        """(key, value) of each computed row that can be cached."""
+        items = []
+        for i, out in zip(self.missing, outs, strict=True):
+            value = encode_value(out)
+            if value is not None:
+                items.append((keys[i], value))
+        return items
 
 
 # ---------------------------------------------------------------- shared numerics and config readers

@@ -198,6 +198,18 @@ class TensorPipeline(RowPipeline):
                 start += size
         return out
 
+    def row_bytes(self, row: TensorRow) -> bytes:
+        parts: list[bytes] = []
+        for name in sorted(row):
+            arr = row[name]
+            head = f"{name}\0{arr.dtype.str}\0{arr.shape}\0".encode()
+            if arr.dtype == object:
+                body = b"".join(len(b).to_bytes(4, "little") + b for b in (str(x).encode() for x in arr.reshape(-1)))
+            else:
+                body = np.ascontiguousarray(arr).tobytes()
+            parts += [len(head).to_bytes(4, "little"), head, len(body).to_bytes(8, "little"), body]
+        return b"".join(parts)
+
     def sample_rows(self, batch: int, length: int,
                     shapes: dict[str, list[int]] | None = None) -> tuple[list[Any], list[int]]:
         """Random rows from the signature: an input's shape from `shapes` if given, else its variable

@@ -200,6 +200,11 @@ class TextPipeline(RowPipeline):
         types = enc.type_ids if enc.type_ids is not None else [None] * len(enc.ids)
         return Work(list(zip(enc.ids, types, strict=True)), enc.lengths, finish, timing)
 
+    def row_bytes(self, row: TokenRow) -> bytes:
+        ids = np.asarray(row[0], dtype="<i4").tobytes()
+        types = np.asarray(row[1], dtype="<i1").tobytes() if row[1] is not None else b""
+        return len(ids).to_bytes(4, "little") + ids + types
+
     def sample_rows(self, batch: int, length: int,
                     shapes: dict[str, list[int]] | None = None) -> tuple[list[Any], list[int]]:
         token = self.encoder.tokenizer.encode("the", add_special_tokens=False).ids[:1] or [1]

@@ -22,7 +22,7 @@ from ..pipelines import build_pipeline
 from .errors import RequestTimeout, Unauthorized, response_for, status_for
 from .metrics import Metrics, QueueCollector
 from .routes import ops
-from .state import STATE, ServerState
+from .state import CACHE_STATUS, STATE, ServerState
 
 access_log = logging.getLogger("rsinfer.access")
 log = logging.getLogger("rsinfer.server")
@@ -44,9 +44,13 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     status = 500
     metrics = request.app[STATE].metrics
     metrics.in_flight.inc()
+    CACHE_STATUS.set(None)  # keep-alive requests share a task: start each one clean
     try:
         response = await handler(request)
         status = response.status
+        cached = CACHE_STATUS.get()
+        if cached is not None:
+            response.headers["x-rsinfer-cache"] = cached
         return response
     except web.HTTPException as exc:  # only if something below did not map it
         status = exc.status
@@ -132,6 +136,12 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     }
     state = ServerState(config=config, registry=registry, pipelines=pipelines, schedulers=schedulers,
                         prep_executor=prep, infer_executor=infer, metrics=metrics)
+    if config.server.cache is not None:
+        from ..engine.cache import MemoryCache, open_cache
+
+        state.cache = open_cache(config.server.cache, metrics)
+        cache = state.cache
+        metrics.with_cache((lambda: float(cache.bytes)) if isinstance(cache, MemoryCache) else None)
     state.metrics.registry.register(QueueCollector(state.queue_stats))
     app[STATE] = state
     app.add_routes(ops.routes)
@@ -147,6 +157,8 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
             s.stop()
         app[STATE].infer_executor.shutdown(wait=True)
         app[STATE].prep_executor.shutdown(wait=True)
+        if app[STATE].cache is not None:
+            await app[STATE].cache.close()
 
     app.cleanup_ctx.append(lifetime)
     return app

@@ -60,6 +60,30 @@ class Metrics:
         self.truncated = Counter("rsinfer_truncated_inputs", "Inputs cut at max_len", ["model", "version"],
                                  registry=r)
 
+    def with_cache(self, read_bytes: Callable[[], float] | None) -> None:
+        """The row cache's counters (and, for the memory backend, its size)."""
+        r = self.registry
+        self.cache_hits = Counter("rsinfer_cache_hits", "Rows answered from the cache", ["model"], registry=r)
+        self.cache_misses = Counter("rsinfer_cache_misses", "Rows not in the cache", ["model"], registry=r)
+        self.cache_errors = Counter("rsinfer_cache_errors", "Cache round trips that failed", ["backend"], registry=r)
+        if read_bytes is not None:
+            Gauge("rsinfer_cache_bytes", "Bytes held by the memory cache", registry=r).set_function(read_bytes)
+
+    def cache_lookup(self, model: str, hits: int, misses: int) -> None:
+        if hits:
+            self.cache_hits.labels(model).inc(hits)
+        if misses:
+            self.cache_misses.labels(model).inc(misses)
+
+    def hit(self, model: str, n: int) -> None:
+        self.cache_hits.labels(model).inc(n)
+
+    def miss(self, model: str, n: int) -> None:
+        self.cache_misses.labels(model).inc(n)
+
+    def error(self, backend: str) -> None:
+        self.cache_errors.labels(backend).inc()
+
     def observer(self, model: str, version: str = "") -> ModelObserver:
         """What a model's scheduler reports to: every forward and every request's wait, batched or not."""
         return ModelObserver(self, model, version)

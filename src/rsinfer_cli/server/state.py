@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import time
 from collections.abc import Callable
@@ -13,13 +14,17 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from ..config import Config
+from ..engine.cache import Cache
 from ..engine.model import LoadedModel
 from ..engine.registry import Registry
 from ..engine.scheduler import Runner, Scheduler
-from ..pipelines.base import RowPipeline, Work
+from ..pipelines.base import Cached, RowPipeline, Work
 from .metrics import Metrics
 
 R = TypeVar("R")
+# how the request's rows came out of the row cache (hit | partial | miss); the observe middleware turns it into
+# the `x-rsinfer-cache` header
+CACHE_STATUS: contextvars.ContextVar[str | None] = contextvars.ContextVar("rsinfer_cache_status", default=None)
 
 
 @dataclass
@@ -33,6 +38,7 @@ class ServerState:
     metrics: Metrics
     started: float = field(default_factory=time.time)
     draining: list[asyncio.Future[Any]] = field(default_factory=list)   # other fronts' drains, awaited at stop
+    cache: Cache | None = None
 
     async def infer(self, model: LoadedModel, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
         """plan(*args, **kwargs) → Work, its rows run, its answer built. When a replica is free (or batching is off):
@@ -41,6 +47,8 @@ class ServerState:
         builds the answer (two hops)."""
         pipe = self.pipelines[model.key]
         scheduler = self.schedulers[model.key]
+        if self.cache is not None and model.config.cache:
+            return await self._infer_cached(model, pipe, scheduler, plan, args, kwargs)
         if scheduler.batching and not scheduler.free:
             loop = asyncio.get_running_loop()
             work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
@@ -56,6 +64,36 @@ class ServerState:
             result = await scheduler.run(whole)
             timing = planned[0].timing
         self.metrics.observe_request(model.name, model.version or "", timing)
+        return result
+
+    async def _infer_cached(self, model: LoadedModel, pipe: RowPipeline, scheduler: Scheduler,
+                            plan: Callable[..., Work[R]], args: Any, kwargs: Any) -> R:
+        """Rows already in the cache are not run again: the missing ones go through the scheduler like any other
+        rows (batched with other requests'), and the answer is built from all of them in the request's order."""
+        assert self.cache is not None
+        cache = self.cache
+        loop = asyncio.get_running_loop()
+
+        def keyed() -> tuple[Work[R], list[bytes]]:
+            work = plan(*args, **kwargs)
+            return work, pipe.row_keys(work)
+
+        work, keys = await loop.run_in_executor(self.prep_executor, keyed)
+        split = Cached(work, await cache.aget_many(keys))
+        CACHE_STATUS.set(split.status)
+        self.metrics.cache_lookup(model.name, len(work.rows) - len(split.missing), len(split.missing))
+        if not split.missing:
+            result = await loop.run_in_executor(self.prep_executor, work.finish, split.outputs)
+        else:
+            def finish(outs: list[Any]) -> tuple[list[Any], R]:
+                return outs, work.finish(split.merge(outs))
+
+            min_ms = self.config.server.cache.min_inference_ms if self.config.server.cache else 0.0
+            t0 = time.perf_counter()
+            outs, result = await scheduler.submit(split.rows, split.costs, finish)
+            if (time.perf_counter() - t0) * 1000 >= min_ms:  # inferstack's rule: only what was worth computing
+                await cache.aset_many(split.entries(keys, outs))
+        self.metrics.observe_request(model.name, model.version or "", work.timing)
         return result
 
     def queue_stats(self) -> list[tuple[str, str, int, int, int]]:

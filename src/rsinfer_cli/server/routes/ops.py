@@ -13,8 +13,13 @@ routes = web.RouteTableDef()
 @routes.get("/health")
 @routes.post("/health")
 async def health(request: web.Request) -> web.Response:
-    """200 once every model is loaded (the listener binds only then)."""
-    return web.Response(body=b'{"status":"ok"}', content_type="application/json")
+    """200 once every model is loaded (the listener binds only then); with a cache, whether it answers (a cache
+    that is down never makes the server unhealthy: requests are served without it)."""
+    cache = request.app[STATE].cache
+    if cache is None:
+        return web.Response(body=b'{"status":"ok"}', content_type="application/json")
+    return web.Response(body=dumps({"status": "ok", "cache": "ok" if cache.available else "unavailable"}),
+                        content_type="application/json")
 
 
 @routes.get("/v1/models")
