@@ -47,3 +47,21 @@ def shared_models() -> Path:
             pytest.fail(msg + " and RSINFER_REQUIRE_SHARED=1", pytrace=False)
         pytest.skip(msg)
     return root
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    """A real redis-server (Debian's package); skipped when absent, a failure when RSINFER_REQUIRE_REDIS=1 (CI)."""
+    from serverutil import RedisServer
+
+    srv = RedisServer(tmp_path)
+    if srv.binary is None:
+        msg = "redis-server is not installed (apt-get install redis-server)"
+        if os.environ.get("RSINFER_REQUIRE_REDIS") == "1":
+            pytest.fail(msg + " and RSINFER_REQUIRE_REDIS=1", pytrace=False)
+        pytest.skip(msg)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.kill()

@@ -115,3 +115,42 @@ class ServeProcess:
     @property
     def output(self) -> str:
         return "".join(self.lines)
+
+
+class RedisServer:
+    """A real `redis-server` on a free loopback port (no persistence), that a test can kill and start again."""
+
+    def __init__(self, workdir: Path) -> None:
+        import shutil
+
+        self.binary = shutil.which("redis-server")
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.workdir = workdir
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> RedisServer:
+        assert self.binary is not None
+        self.proc = subprocess.Popen([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", str(self.workdir)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def client(self):
+        import redis
+
+        return redis.Redis.from_url(self.url)
