@@ -146,7 +146,8 @@ async def drive(url: str, route: str, bodies: list[dict], clients: int, max_s: f
     elapsed = time.perf_counter() - t0
     return {"requests": len(lat), "errors": errors, "rps": len(lat) / elapsed,
             "p50_ms": float(np.percentile(lat, 50) * 1000) if lat else 0.0,
-            "p95_ms": float(np.percentile(lat, 95) * 1000) if lat else 0.0}
+            "p95_ms": float(np.percentile(lat, 95) * 1000) if lat else 0.0,
+            "p99_ms": float(np.percentile(lat, 99) * 1000) if lat else 0.0}
 
 
 def workloads() -> dict[str, tuple[str, list[dict], int, int]]:
