@@ -171,3 +171,14 @@ def test_cli_embed_uses_server_cache(shared_models, redis_server, tmp_path):
     assert stored == 3  # alpha, beta, gamma: a repeat is one entry
     assert run() == first and first[0] == first[2]
     assert len(list(redis_server.client().scan_iter())) == 3
+
+
+def test_cache_block_errors_name_the_key_path():
+    from rsinfer_cli.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        parse_config({"server": {"cache": {"backend": "redsi", "max_mb": 0, "ttl": 5}},
+                      "models": [{"name": "m", "kind": "embedding", "hf": "a/b"}]})
+    msg = str(info.value)
+    assert "server.cache.backend: must be one of memory, redis, got 'redsi' (did you mean 'redis'?)" in msg
+    assert "server.cache.max_mb: must be > 0" in msg and "server.cache.ttl: unknown key (did you mean 'ttl_s'?)" in msg
