@@ -216,7 +216,9 @@ class TestTrueFalse:
         expected = 1 / (1 + np.exp(raw["contradiction_logit"] - raw["entailment_logit"]))
         assert res.true_probability == pytest.approx(expected, abs=SCORE_ABS)
         assert res.is_true == (expected >= 0.5) and res.assertion == raw["hypothesis"]
-        assert pipe.true_false([case["text"]], raw["hypothesis"], threshold=2).results[0].is_true is False
+        assert pipe.true_false([case["text"]], raw["hypothesis"], threshold=1.0).results[0].is_true is False
+        with pytest.raises(InputError, match="`threshold` must be between 0 and 1, got 2"):
+            pipe.true_false([case["text"]], raw["hypothesis"], threshold=2)
 
 
 # ---------------------------------------------------------------- CLI and HTTP
@@ -306,8 +308,8 @@ class TestHttp:
                      "input")
         assert_error(http.post(z, json={"input": "x"}), 422, "invalid_request_error", "candidate_labels")
         t = "/classify/true-false"
-        assert_error(http.post(t, json={"input": "x"}), 400, "invalid_request_error", "question",
-                     "provide `question` or `assertion`")
+        assert_error(http.post(t, json={"input": "x"}), 422, "invalid_request_error", "question",
+                     "`question` or `assertion` is required")
         assert_error(http.post(t, json={"input": "x", "question": "What now?"}), 400, "invalid_request_error",
                      "question", "pass an explicit `assertion`")
         assert_error(http.post(t, json={"model": "r1", "input": "x", "assertion": "A."}), 400,

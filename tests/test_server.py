@@ -161,7 +161,7 @@ class TestErrors:
     def test_validation_400s(self, client):
         assert_error(client.post("/v1/embeddings", json={"input": []}), 400, "invalid_request_error", "input",
                      "`input` is empty")
-        assert_error(client.post("/v1/embeddings", json={}), 400, "invalid_request_error", "input")
+        assert_error(client.post("/v1/embeddings", json={}), 422, "invalid_request_error", "input")  # missing
         assert_error(client.post("/v1/embeddings", json={"input": "a", "encoding_format": "flaot"}), 400,
                      "invalid_request_error", "encoding_format")
         for dims in (0, 1000):

@@ -67,6 +67,7 @@ class ServerConfig:
     threads: int = _opt(0, ge=0)
     api_keys: tuple[str, ...] = ()
     max_texts: int = _opt(2048, gt=0)            # texts per embedding / PII / classification request
+    max_text_chars: int = _opt(1_000_000, gt=0)  # characters per text (a model may set its own); more → 413
     max_rerank_documents: int = _opt(1000, gt=0)
     max_candidate_labels: int = _opt(64, gt=0)
     pii_hash_salt: str | None = None
@@ -106,6 +107,7 @@ class ModelConfig:
     tokenizer_hf: str | None = None
     dtype: str = _opt("auto", aliases=DTYPE_ALIASES)
     max_len: int | None = _opt(None, gt=0)
+    max_text_chars: int | None = _opt(None, gt=0)   # characters per text for this model (else server.max_text_chars)
     truncate: bool = True
     default: bool = False
     cache: bool = True                    # false: this model's rows never go through server.cache

@@ -49,7 +49,7 @@ def resolve_ref(ref: Any) -> Any:
 _FAMILIES: dict[str, Family] = {}
 
 # the keys every text family reads; a model without a tokenizer refuses them
-TEXT_FIELDS = ("tokenizer_hf", "max_len", "truncate")
+TEXT_FIELDS = ("tokenizer_hf", "max_len", "truncate", "max_text_chars")
 
 
 def register(family: Family) -> Family:

@@ -41,12 +41,14 @@ def embed_cmd(
 ) -> None:
     import sys
 
-    from ..errors import ConfigError
+    from ..errors import ConfigError, InputError
     from .common import load_pipeline
-    from .io import NpyWriter, chunks, read_records, write_jsonl
+    from .io import NpyWriter, check_writable, chunks, read_records, write_jsonl
 
     if output is not None and output.suffix != ".npy":
         raise ConfigError(f"--output must end in .npy, got '{output}'")
+    if output is not None:
+        check_writable(output, "--output")  # before loading any model
     records = read_records(texts, input_, fmt, field)
     first = next(records, None)  # validate the input before loading the model
     pipe = load_pipeline("embedding", name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
@@ -73,6 +75,11 @@ def embed_cmd(
                 obj.update(index=r.index, embedding=vec)
                 write_jsonl(obj)
             sys.stdout.flush()
+    except InputError:
+        if writer is not None:  # a bad line: the rows before it are written, as in JSONL
+            writer.close()
+            print(f"wrote {writer.rows} x {writer.dim} float32 to {output} (before the bad line)", file=sys.stderr)
+        raise
     except BaseException:
         if writer is not None:
             writer.abort()

@@ -35,11 +35,18 @@ def get_field(obj: dict[str, Any], path: str) -> Any:
     return cur
 
 
-def _open(source: Path | None) -> tuple[IO[str], str]:
+def _open(source: Path | None) -> tuple[IO[str], str, bool]:
+    """(the input as text with line endings untranslated - a kept line is written back byte for byte -, its name,
+    whether the reader closes it)."""
     if source is None or str(source) == "-":
-        return sys.stdin, "<stdin>"
+        import io
+
+        buffer = getattr(sys.stdin, "buffer", None)
+        if buffer is None:  # a replaced stdin (tests): already text
+            return sys.stdin, "<stdin>", False
+        return io.TextIOWrapper(buffer, encoding="utf-8", newline=""), "<stdin>", False
     try:
-        return open(source, encoding="utf-8", newline=None), str(source)  # noqa: SIM115 - closed by the reader
+        return open(source, encoding="utf-8", newline=""), str(source), True  # noqa: SIM115 - closed by the reader
     except FileNotFoundError:
         raise ConfigError(f"{source}: no such file") from None
     except OSError as exc:
@@ -60,7 +67,7 @@ def read_records(args: Iterable[str] | None, source: Path | None, fmt: str = "au
         return
     if source is None and sys.stdin.isatty():
         raise ConfigError("no input: give texts as arguments, --input FILE, or pipe lines into stdin")
-    stream, name = _open(source)
+    stream, name, owned = _open(source)
     try:
         index = 0
         mode = None if fmt == "auto" else fmt
@@ -81,8 +88,10 @@ def read_records(args: Iterable[str] | None, source: Path | None, fmt: str = "au
     except UnicodeDecodeError as exc:
         raise InputError(f"{name}: line {lineno + 1}: not UTF-8 text ({exc.reason})") from None
     finally:
-        if stream is not sys.stdin:
+        if owned:
             stream.close()
+        elif stream is not sys.stdin:
+            stream.detach()  # a wrapper of stdin's bytes: let go of them without closing stdin
 
 
 def parse_json_line(line: str, lineno: int, name: str) -> dict[str, Any]:
@@ -104,20 +113,23 @@ def set_field(obj: dict[str, Any], path: str, value: Any) -> None:
     cur[parts[-1]] = value
 
 
-def read_lines(source: Path | None) -> Iterator[tuple[int, str, str]]:
-    """(1-based line number, line without its newline, source name), lazily; stdin when source is None."""
+def read_lines(source: Path | None) -> Iterator[tuple[int, str, str, str]]:
+    """(1-based line number, line without its newline, source name, the line as read), lazily; stdin when
+    source is None."""
     if source is None and sys.stdin.isatty():
         raise ConfigError("no input: give --input FILE, or pipe lines into stdin")
-    stream, name = _open(source)
+    stream, name, owned = _open(source)
     lineno = 0
     try:
         for lineno, raw in enumerate(stream, start=1):
-            yield lineno, raw.rstrip("\n").rstrip("\r"), name
+            yield lineno, raw.rstrip("\n").rstrip("\r"), name, raw
     except UnicodeDecodeError as exc:
         raise InputError(f"{name}: line {lineno + 1}: not UTF-8 text ({exc.reason})") from None
     finally:
-        if stream is not sys.stdin:
+        if owned:
             stream.close()
+        elif stream is not sys.stdin:
+            stream.detach()  # a wrapper of stdin's bytes: let go of them without closing stdin
 
 
 def _json_record(line: str, lineno: int, index: int, name: str, field: str) -> Record:
@@ -132,8 +144,19 @@ def _json_record(line: str, lineno: int, index: int, name: str, field: str) -> R
 
 
 def chunks(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
+    """Records in chunks of `size`. When reading fails (a bad line), the records before it come out first as a
+    last chunk, then the error: a command writes everything before the failing line before it exits."""
     chunk: list[Record] = []
-    for r in records:
+    it = iter(records)
+    while True:
+        try:
+            r = next(it)
+        except StopIteration:
+            break
+        except Exception:
+            if chunk:
+                yield chunk
+            raise
         chunk.append(r)
         if len(chunk) >= size:
             yield chunk
@@ -148,6 +171,19 @@ def write_jsonl(obj: Any, out: IO[str] | None = None) -> None:
     (out or sys.stdout).write(dumps_line(obj))
 
 
+def check_writable(path: Path, option: str) -> None:
+    """A file we are about to write can be: else a usage error naming the path and the OS reason."""
+    import os
+
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ConfigError(f"{option} {path}: cannot write: folder {folder} does not exist")
+    if path.is_dir():
+        raise ConfigError(f"{option} {path}: cannot write: it is a folder")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"{option} {path}: cannot write: permission denied")
+
+
 class NpyWriter:
     """A float32 .npy written row by row (constant memory); the header's row count is fixed up on close."""
 
@@ -155,7 +191,10 @@ class NpyWriter:
 
     def __init__(self, path: Path, dim: int) -> None:
         self.path, self.dim, self.rows = path, dim, 0
-        self._f = open(path, "wb")  # noqa: SIM115 - closed in close()
+        try:
+            self._f = open(path, "wb")  # noqa: SIM115 - closed in close()
+        except OSError as exc:
+            raise ConfigError(f"--output {path}: cannot write: {exc.strerror}") from None
         self._f.write(self._header())
 
     def _header(self) -> bytes:

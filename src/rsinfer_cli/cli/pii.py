@@ -37,9 +37,10 @@ ON_ERROR = ("fail", "skip", "keep")
 class Item:
     lineno: int
     line: str
-    record: dict[str, Any] | None = None             # None: plain text, or a kept/skipped bad line
+    record: dict[str, Any] | None = None             # None: plain text, or a kept line
     texts: list[tuple[str, str]] = field(default_factory=list)   # (field path, text)
-    passthrough: bool = False                        # a malformed line kept as it was
+    passthrough: bool = False                        # written back exactly as read (`raw`)
+    raw: str = ""
 
 
 def _field_texts(record: dict[str, Any], fields: list[str], where: str,
@@ -59,7 +60,10 @@ def _field_texts(record: dict[str, Any], fields: list[str], where: str,
         if value is None:
             continue
         if not isinstance(value, str):
-            raise InputError(f"{where}: field '{f}' is {type(value).__name__}, not a string")
+            if allow_missing:  # nothing to redact there: the record goes through unchanged
+                continue
+            raise InputError(f"{where}: field '{f}' is {type(value).__name__}, not a string "
+                             "(--allow-missing lets such records through unchanged)")
         out.append((f, value))
     return out
 
@@ -85,6 +89,8 @@ def _run(*, redacting: bool, input_: Path | None, fields: list[str], plain: bool
         raise ConfigError("--spans needs JSONL records; with --plain use `rsinfer detect --plain`")
     if batch_lines < 1:
         raise ConfigError(f"--batch-lines must be >= 1, got {batch_lines}")
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise ConfigError(f"--threshold must be between 0 and 1, got {threshold}")
     wanted = [t.strip() for t in types.split(",") if t.strip()] if types else None
     fields = fields or ["text"]
     lines = read_lines(input_)
@@ -97,24 +103,28 @@ def _run(*, redacting: bool, input_: Path | None, fields: list[str], plain: bool
     if redacting and mode == "hash" and salt is None and pipe.salt_source.startswith("random"):
         print("rsinfer: note: no hash salt configured (--hash-salt or pii_hash_salt); hashes differ between runs",
               file=sys.stderr)
-    bad = 0
+    skipped: list[int] = []
+    kept = 0
     pending: list[Item] = []
 
     def flush() -> None:
         texts = [t for it in pending for _, t in it.texts]
+        shown: list[list[dict[str, Any]]] = []
         if texts:
-            if redacting:
+            if redacting:  # --spans shows where each value was and what replaced it, never the value
                 res = pipe.redact(texts, mode=mode, mask_char=mask_char, replacement=replacement,
                                   threshold=threshold, types=wanted, salt=salt)
-                new, det = res.texts, res.detection
+                new = res.texts
+                shown = [[e.to_json() for e in found] for found in res.spans]
             else:
                 det = pipe.detect(texts, threshold, wanted)
                 new = texts
+                shown = [[e.to_json() for e in found] for found in det.entities]
         k = 0
         out = sys.stdout
         for it in pending:
             if it.passthrough:
-                out.write(it.line + "\n")
+                out.write(it.raw)
                 continue
             found = {}
             for f, _ in it.texts:
@@ -122,10 +132,10 @@ def _run(*, redacting: bool, input_: Path | None, fields: list[str], plain: bool
                     if redacting:
                         out.write(new[k] + "\n")
                     else:
-                        write_jsonl({"line": it.lineno, "entities": [e.to_json() for e in det.entities[k]]})
+                        write_jsonl({"line": it.lineno, "entities": shown[k]})
                 else:
                     set_field(it.record, f, new[k])
-                    found[f] = [e.to_json() for e in det.entities[k]]
+                    found[f] = shown[k]
                 k += 1
             if it.record is None and not it.texts:
                 out.write(it.line + "\n" if redacting else "")
@@ -136,29 +146,41 @@ def _run(*, redacting: bool, input_: Path | None, fields: list[str], plain: bool
         out.flush()
         pending.clear()
 
-    for lineno, line, name in lines:
+    for lineno, line, name, raw in lines:
         if plain:
             pending.append(Item(lineno, line, None, [("", line)] if line.strip() else []))
         elif not line.strip():
-            continue  # blank lines between JSON records carry nothing
+            if on_error == "keep":  # keep means every line, blank ones too, byte for byte
+                pending.append(Item(lineno, line, passthrough=True, raw=raw))
+            # otherwise blank lines between JSON records carry nothing
         else:
             try:
                 record = parse_json_line(line, lineno, name)
-                pending.append(Item(lineno, line, record, _field_texts(record, fields, f"{name}: line {lineno}",
-                                                                                 allow_missing)))
-            except InputError:
+            except InputError as exc:  # malformed: not JSON, or not an object
                 if on_error == "fail":
                     flush()  # everything before the bad line is written, in order
                     raise
-                bad += 1
-                if on_error == "keep":
-                    pending.append(Item(lineno, line, passthrough=True))
+                if on_error == "skip":
+                    skipped.append(lineno)
+                    print(f"rsinfer: skipped {exc}", file=sys.stderr)
+                else:
+                    kept += 1
+                    pending.append(Item(lineno, line, passthrough=True, raw=raw))
+                continue
+            try:  # a record without the field, or with a non-string there: --allow-missing, else an error
+                texts = _field_texts(record, fields, f"{name}: line {lineno}", allow_missing)
+            except InputError:
+                flush()
+                raise
+            pending.append(Item(lineno, line, record, texts))
         if len(pending) >= batch_lines:
             flush()
     flush()
-    if bad:
-        what = "skipped" if on_error == "skip" else "kept unchanged"
-        print(f"rsinfer: {what} {bad} malformed line(s)", file=sys.stderr)
+    if skipped:
+        shown = ", ".join(map(str, skipped[:20])) + (" …" if len(skipped) > 20 else "")
+        print(f"rsinfer: skipped {len(skipped)} malformed line(s): {shown}", file=sys.stderr)
+    if kept:
+        print(f"rsinfer: kept {kept} malformed line(s) unchanged", file=sys.stderr)
 
 
 def redact_cmd(
@@ -170,9 +192,12 @@ def redact_cmd(
     replacement: str = typer.Option(None, "--replacement", help="Template for --mode replace, e.g. '[{type}]'."),
     threshold: float = typer.Option(None, "--threshold", help="Minimum token probability (model default 0.5)."),
     types: str = typer.Option(None, "--types", help="Only these entity types, comma-separated."),
-    spans: bool = typer.Option(False, "--spans", help=f"Add the detected spans under `{SPANS_KEY}`."),
-    on_error: str = typer.Option("fail", "--on-error", help="A malformed line: fail, skip or keep (as is)."),
-    allow_missing: bool = typer.Option(False, "--allow-missing", help="A record may lack a --field."),
+    spans: bool = typer.Option(False, "--spans", help=f"Add the redacted spans under `{SPANS_KEY}`: type, score, "
+                               "offsets and replacement, never the removed value."),
+    on_error: str = typer.Option("fail", "--on-error", help="A malformed line (not JSON, not an object): fail, "
+                                 "skip (named on stderr) or keep (every line as read, blank ones too)."),
+    allow_missing: bool = typer.Option(False, "--allow-missing", help="A record may lack a --field or hold a "
+                                       "non-string there (passed through unchanged); else an error naming the line."),
     hash_salt: str = typer.Option(None, "--hash-salt", envvar="RSINFER_PII_HASH_SALT", show_envvar=False,
                                   help="Salt for --mode hash (also $RSINFER_PII_HASH_SALT)."),
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines redacted together (memory stays bounded)."),
@@ -196,8 +221,10 @@ def detect_cmd(
     plain: bool = typer.Option(False, "--plain", help="Lines are plain text, not JSONL."),
     threshold: float = typer.Option(None, "--threshold", help="Minimum token probability (model default 0.5)."),
     types: str = typer.Option(None, "--types", help="Only these entity types, comma-separated."),
-    on_error: str = typer.Option("fail", "--on-error", help="A malformed line: fail, skip or keep (as is)."),
-    allow_missing: bool = typer.Option(False, "--allow-missing", help="A record may lack a --field."),
+    on_error: str = typer.Option("fail", "--on-error", help="A malformed line (not JSON, not an object): fail, "
+                                 "skip (named on stderr) or keep (every line as read, blank ones too)."),
+    allow_missing: bool = typer.Option(False, "--allow-missing", help="A record may lack a --field or hold a "
+                                       "non-string there (passed through unchanged); else an error naming the line."),
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines scanned together (memory stays bounded)."),
     model: str = MODEL_OPT,
     config: Path = CONFIG_OPT,

@@ -54,6 +54,8 @@ def classify_cmd(
         raise ConfigError("--labels is empty")
     if template is not None and "{label}" not in template and "{}" not in template:
         raise ConfigError("--template must contain {label} or {}")
+    if not 0.0 <= threshold <= 1.0:
+        raise ConfigError(f"--threshold must be between 0 and 1, got {threshold}")
     try:
         judged = None if zero_shot else assertion_for(question, assertion)
     except InputError as exc:

@@ -46,14 +46,39 @@ class Detection(Timed):
     timing: Timing
 
 
+@dataclass(frozen=True)
+class Redacted:
+    """One span as redaction reports it: where it was, what stands there now; never the value it removed."""
+
+    entity_type: str
+    score: float
+    start: int                      # in the original text (code points, end exclusive)
+    end: int
+    replacement: str                # what the redacted text has instead ("" for mode remove)
+    redacted_start: int             # where that is in the redacted text
+    redacted_end: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"entity_type": self.entity_type, "score": self.score, "start": self.start, "end": self.end,
+                "replacement": self.replacement, "redacted_start": self.redacted_start,
+                "redacted_end": self.redacted_end}
+
+
 @dataclass
 class Redaction:
     texts: list[str]               # redacted, per text
-    detection: Detection
+    detection: Detection           # what was found (with the values: for the process, never for the answer)
+    spans: list[list[Redacted]]    # per text: what the answer may show of each redacted span
 
     @property
     def timing(self) -> Timing:
         return self.detection.timing
+
+
+def check_threshold(threshold: float | None, param: str = "threshold") -> None:
+    """A probability threshold must lie in [0, 1] (InputError naming it)."""
+    if threshold is not None and not (0.0 <= float(threshold) <= 1.0):
+        raise InputError(f"`{param}` must be between 0 and 1, got {threshold}", param=param)
 
 
 def parse_tag(label: str) -> tuple[str, str]:
@@ -209,23 +234,39 @@ def resolve_overlaps(entities: Sequence[Entity]) -> list[Entity]:
 def redact(text: str, entities: Sequence[Entity], mode: str = "mask", mask_char: str = "*",
            replacement: str | None = None, salt: bytes = b"") -> str:
     """The text with every (overlap-resolved) entity masked, removed, replaced by `<TYPE>` or hashed."""
+    return redact_spans(text, entities, mode, mask_char, replacement, salt)[0]
+
+
+def redact_spans(text: str, entities: Sequence[Entity], mode: str = "mask", mask_char: str = "*",
+                 replacement: str | None = None, salt: bytes = b"") -> tuple[str, list[Redacted]]:
+    """(the redacted text, each applied span with its replacement and where that sits in the redacted text).
+    Spans inside a larger one are covered by it and not listed on their own."""
     if mode not in MODES:
         raise InputError(f"unknown redact mode '{mode}' (one of {', '.join(MODES)})", param="mode")
     if len(mask_char) != 1:
         raise InputError("`mask_char` must be a single character", param="mask_char")
-    out, pos = [], 0
+    out: list[str] = []
+    spans: list[Redacted] = []
+    pos = length = 0
     for e in resolve_overlaps(entities):
-        out.append(text[pos:e.start])
+        before = text[pos:e.start]
+        out.append(before)
+        length += len(before)
         value = text[e.start:e.end]
         if mode == "mask":
-            out.append(mask_char * len(value))
+            new = mask_char * len(value)
         elif mode == "replace":
-            out.append((replacement or "<{type}>").replace("{type}", e.entity_type))
+            new = (replacement or "<{type}>").replace("{type}", e.entity_type)
         elif mode == "hash":
-            out.append(hashlib.sha256(salt + value.encode("utf-8")).hexdigest()[:16])
+            new = hashlib.sha256(salt + value.encode("utf-8")).hexdigest()[:16]
+        else:
+            new = ""
+        out.append(new)
+        spans.append(Redacted(e.entity_type, e.score, e.start, e.end, new, length, length + len(new)))
+        length += len(new)
         pos = e.end
     out.append(text[pos:])
-    return "".join(out)
+    return "".join(out), spans
 
 
 class PiiPipeline(TextPipeline):
@@ -303,9 +344,18 @@ class PiiPipeline(TextPipeline):
 
         return Encoded(ids=ids, type_ids=type_ids), per_text
 
+    def check_options(self, threshold: float | None, types: Sequence[str] | None) -> None:
+        """`threshold` in [0, 1] and `types` among what the model and the recognizers can find (InputError)."""
+        check_threshold(threshold)
+        if types is not None:
+            unknown = [t for t in types if t not in self.types]
+            if unknown:
+                raise InputError(f"unknown entity type(s) {', '.join(map(repr, unknown))}; this model finds "
+                                 f"{', '.join(self.types)}", param="types")
+
     def _entities(self, texts: Sequence[str], per_text: list[tuple[Any, Array]], threshold: float | None,
                   types: Sequence[str] | None) -> list[list[Entity]]:
-        thr = self.threshold if threshold is None else min(max(float(threshold), 0.0), 1.0)
+        thr = self.threshold if threshold is None else float(threshold)
         keep = set(types) if types is not None else None
         found = []
         for text, (enc, probs) in zip(texts, per_text, strict=True):
@@ -318,6 +368,7 @@ class PiiPipeline(TextPipeline):
 
     def plan_detect(self, texts: Sequence[str], threshold: float | None = None,
                     types: Sequence[str] | None = None) -> Work[Detection]:
+        self.check_options(threshold, types)
         timing = Timing()
         enc, per_text = self.plan_probs(texts, timing)
         return self.work(enc, lambda rows: Detection(self._entities(texts, per_text(rows), threshold, types),
@@ -327,14 +378,16 @@ class PiiPipeline(TextPipeline):
                     replacement: str | None = None, threshold: float | None = None,
                     types: Sequence[str] | None = None, salt: bytes | None = None) -> Work[Redaction]:
         redact("", [], mode, mask_char)  # validate the options before any work
+        self.check_options(threshold, types)
         key = self.salt if salt is None else salt
         timing = Timing()
         enc, per_text = self.plan_probs(texts, timing)
 
         def finish(rows: list[Any]) -> Redaction:
             det = Detection(self._entities(texts, per_text(rows), threshold, types), timing)
-            return Redaction([redact(t, ents, mode, mask_char, replacement, key)
-                              for t, ents in zip(texts, det.entities, strict=True)], det)
+            done = [redact_spans(t, ents, mode, mask_char, replacement, key)
+                    for t, ents in zip(texts, det.entities, strict=True)]
+            return Redaction([d[0] for d in done], det, [d[1] for d in done])
 
         return self.work(enc, finish, timing)
 

@@ -159,9 +159,11 @@ class ZeroShotPipeline(TextPipeline):
 
     def plan_true_false(self, texts: Sequence[str], assertion: str, threshold: float = 0.5,
                         truncate: bool | None = None) -> Work[TrueFalseResult]:
+        if not 0.0 <= threshold <= 1.0:
+            raise InputError(f"`threshold` must be between 0 and 1, got {threshold}", param="threshold")
         timing = Timing()
         enc = self.encode_pairs(list(texts), [assertion] * len(texts), timing, truncate)
-        thr = min(max(threshold, 0.0), 1.0)
+        thr = threshold
 
         def finish(rows: list[Any]) -> TrueFalseResult:
             probs = softmax(stack(rows, 2), axis=-1)[:, 1] if rows else np.empty((0,))

@@ -54,6 +54,21 @@ def check_count(call: Call, key: str, n: int) -> None:
         raise PayloadTooLarge(f"`{key}` has {n} items; at most {limit} per request (server.max_texts)", param=key)
 
 
+def check_chars(call: Call, key: str, texts: list[str] | str | None) -> None:
+    """Every text at most `max_text_chars` characters (the model's, else the server's), else 413 naming the limit;
+    checked before any tokenizing."""
+    from ...errors import PayloadTooLarge
+
+    if texts is None:
+        return
+    limit = call.model.config.max_text_chars or call.state.config.server.max_text_chars
+    for i, text in enumerate([texts] if isinstance(texts, str) else texts):
+        if len(text) > limit:
+            where = key if isinstance(texts, str) else f"{key}[{i}]"
+            raise PayloadTooLarge(f"`{where}` has {len(text)} characters; at most {limit} per text "
+                                  "(max_text_chars)", param=where)
+
+
 def usage(tokens: int) -> dict[str, int]:
     """OpenAI's `usage` object (prompt tokens only: nothing is generated)."""
     return {"prompt_tokens": tokens, "total_tokens": tokens}

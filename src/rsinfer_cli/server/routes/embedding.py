@@ -10,8 +10,18 @@ from aiohttp import web
 
 from ...errors import InputError
 from ...pipelines.embedding import EmbeddingPipeline
+from ..errors import RequestValidationError
 from ..request import text_or_token_input
-from .common import Call, begin, check_count, json_response, truncation_direction, truncation_headers, usage
+from .common import (
+    Call,
+    begin,
+    check_chars,
+    check_count,
+    json_response,
+    truncation_direction,
+    truncation_headers,
+    usage,
+)
 
 routes = web.RouteTableDef()
 # `rsinfer bench --url`: a request body for each route, from texts
@@ -21,6 +31,7 @@ BENCH = {"/v1/embeddings": lambda texts: {"input": texts}, "/embed": lambda text
 def _inputs(call: Call, key: str) -> tuple[list[str] | None, list[list[int]] | None, bool]:
     texts, ids, single = text_or_token_input(call.body.data.get(key), key)
     check_count(call, key, len(texts if texts is not None else ids or []))
+    check_chars(call, key, texts)
     return texts, ids, single
 
 
@@ -29,7 +40,7 @@ async def openai_embeddings(request: web.Request) -> web.Response:
     call = await begin(request, "embedding")
     body, model, pipe = call.body, call.model, call.pipeline(EmbeddingPipeline)
     if "input" not in body.data:
-        raise InputError("`input` is required", param="input")
+        raise RequestValidationError("`input` is required", param="input")
     texts, ids, _ = _inputs(call, "input")
     fmt = body.str("encoding_format", "float")
     if fmt not in ("float", "base64"):
@@ -54,7 +65,7 @@ async def tei_embed(request: web.Request) -> web.Response:
     call = await begin(request, "embedding", named=False)
     body, pipe = call.body, call.pipeline(EmbeddingPipeline)
     if "inputs" not in body.data:
-        raise InputError("`inputs` is required", param="inputs")
+        raise RequestValidationError("`inputs` is required", param="inputs")
     texts, ids, _ = _inputs(call, "inputs")
     direction = truncation_direction(body)
     dims = body.int("dimensions", None)

@@ -10,8 +10,8 @@ from aiohttp import web
 
 from ...errors import InputError
 from ...pipelines.pii import PiiPipeline
-from ..request import Body
-from .common import Call, begin, check_count, json_response, usage
+from ..errors import RequestValidationError
+from .common import Call, begin, check_chars, check_count, json_response, usage
 
 routes = web.RouteTableDef()
 BENCH = {route: (lambda texts: {"texts": texts}) for route in
@@ -22,16 +22,24 @@ def _texts(call: Call) -> tuple[list[str], bool]:
     body = call.body
     text = body.str("text", None)
     texts = body.str_list("texts", None)
-    if (text is None) == (not texts):
-        raise InputError("provide exactly one of `text` or non-empty `texts`", param="text" if texts else "texts")
+    if text is None and texts is None:
+        raise RequestValidationError("`text` or `texts` is required", param="text")
+    if text is not None and texts is not None:
+        raise InputError("provide one of `text` or `texts`, not both", param="texts")
+    if texts is not None and not texts:
+        raise InputError("`texts` is empty", param="texts")
     if texts:
         check_count(call, "texts", len(texts))
+    check_chars(call, "text" if text is not None else "texts", text if text is not None else texts)
     return ([text], False) if text is not None else (texts, True)
 
 
-def _options(body: Body) -> dict[str, Any]:
-    threshold = body.number("threshold", None)
-    types = body.str_list("types", None)
+def _options(call: Call) -> dict[str, Any]:
+    """`threshold` and `types`, checked now (a 400 before any work): a typo in `types` must never mean "redact
+    nothing"."""
+    threshold = call.body.number("threshold", None)
+    types = call.body.str_list("types", None)
+    call.pipeline(PiiPipeline).check_options(threshold, types)
     return {"threshold": threshold, "types": types}
 
 
@@ -39,9 +47,9 @@ def _options(body: Body) -> dict[str, Any]:
 @routes.post("/v1/pii/detect")
 async def detect(request: web.Request) -> web.Response:
     call = await begin(request, "pii")
-    body, model = call.body, call.model
+    model = call.model
     texts, many = _texts(call)
-    det = await call.infer(call.pipeline(PiiPipeline).plan_detect, texts, **_options(body))
+    det = await call.infer(call.pipeline(PiiPipeline).plan_detect, texts, **_options(call))
     results = []
     for text, ents in zip(texts, det.entities, strict=True):
         item: dict[str, Any] = {"entities": [e.to_json() for e in ents]}
@@ -64,9 +72,9 @@ async def redact(request: web.Request) -> web.Response:
     if replacement is not None and "{type}" not in replacement:
         raise InputError("`replacement` must contain {type}, e.g. \"<{type}>\"", param="replacement")
     res = await call.infer(call.pipeline(PiiPipeline).plan_redact, texts, mode=mode, mask_char=mask_char,
-                           replacement=replacement, **_options(body))
-    det = res.detection
-    results = [{"text": r, "entities": [e.to_json() for e in ents]}
-               for r, ents in zip(res.texts, det.entities, strict=True)]
+                           replacement=replacement, **_options(call))
+    # never the removed values: each span says where it was and what stands there now
+    results = [{"text": r, "entities": [e.to_json() for e in spans]}
+               for r, spans in zip(res.texts, res.spans, strict=True)]
     return json_response({"object": "pii.redaction", "model": model.name, "results": results,
-                          "usage": usage(det.tokens)})
+                          "usage": usage(res.detection.tokens)})

@@ -13,7 +13,7 @@ from ...errors import InputError, PayloadTooLarge
 from ...pipelines.rerank import RerankPipeline, ScoreResult, ranked
 from ..errors import RequestValidationError
 from ..request import Body
-from .common import Call, begin, json_response, truncation_direction, truncation_headers, usage
+from .common import Call, begin, check_chars, json_response, truncation_direction, truncation_headers, usage
 
 routes = web.RouteTableDef()
 QUERY = "where is my refund"
@@ -31,7 +31,7 @@ def _documents(body: Body, key: str, max_docs: int) -> tuple[list[str], list[Any
     ranked on `rank_fields` (Cohere)."""
     raw = body.data.get(key)
     if raw is None:
-        raise InputError(f"`{key}` is required", param=key)
+        raise RequestValidationError(f"`{key}` is required", param=key)
     if not isinstance(raw, list):
         raise RequestValidationError(f"`{key}` must be an array of strings or {{\"text\": ...}} objects", param=key)
     if not raw:
@@ -73,7 +73,10 @@ def _echo(doc: Any) -> Any:
 async def _score(call: Call, texts: list[str], *, raw: bool = False, max_tokens_per_doc: int | None = None,
                  direction: str = "right") -> ScoreResult:
     body = call.body
-    return await call.infer(call.pipeline(RerankPipeline).plan_rerank, body.str("query"), texts, raw=raw,
+    query = body.str("query")
+    check_chars(call, "query", query)
+    check_chars(call, "documents", texts)
+    return await call.infer(call.pipeline(RerankPipeline).plan_rerank, query, texts, raw=raw,
                             truncate=body.bool("truncate", None), direction=direction,
                             max_tokens_per_doc=max_tokens_per_doc)
 
@@ -164,6 +167,8 @@ async def vllm_score(request: web.Request) -> web.Response:
         raise InputError(f"input lengths must be 1:1, 1:N or N:N; got {len(lefts)}:{len(rights)}", param=right_key)
     if len(rights) > limit:
         raise PayloadTooLarge(f"`{right_key}` has {len(rights)} texts; at most {limit} per request", param=right_key)
+    check_chars(call, left_key, lefts)
+    check_chars(call, right_key, rights)
     result = await call.infer(call.pipeline(RerankPipeline).plan_pairs, lefts, rights,
                               truncate=body.bool("truncate", None), param=right_key)
     data = [{"index": i, "object": "score", "score": float(s)} for i, s in enumerate(result.scores)]

@@ -5,8 +5,10 @@ from __future__ import annotations
 from aiohttp import web
 
 from ...errors import InputError
+from ...pipelines.pii import check_threshold
 from ...pipelines.zeroshot import ZeroShotPipeline, assertion_for
-from .common import Call, begin, check_count, json_response, usage
+from ..errors import RequestValidationError
+from .common import Call, begin, check_chars, check_count, json_response, usage
 
 routes = web.RouteTableDef()
 LABELS = ["billing", "shipping", "refund", "other"]
@@ -21,10 +23,12 @@ BENCH = {
 def _input(call: Call) -> tuple[list[str], bool]:
     value = call.body.str_list("input", allow_str=True)
     if isinstance(value, str):
+        check_chars(call, "input", value)
         return [value], True
     if not value:
         raise InputError("`input` is empty", param="input")
     check_count(call, "input", len(value))
+    check_chars(call, "input", value)
     return value, False
 
 
@@ -67,8 +71,13 @@ async def true_false(request: web.Request) -> web.Response:
     call = await begin(request, "zeroshot")
     body, model = call.body, call.model
     texts, single = _input(call)
-    assertion = assertion_for(body.str("question", None), body.str("assertion", None))
+    question, given = body.str("question", None), body.str("assertion", None)
+    if question is None and given is None:
+        raise RequestValidationError("`question` or `assertion` is required", param="question")
+    check_chars(call, "question" if given is None else "assertion", given if given is not None else question)
+    assertion = assertion_for(question, given)
     threshold = body.number("threshold", 0.5)
+    check_threshold(threshold)
     tf = await call.infer(call.pipeline(ZeroShotPipeline).plan_true_false, texts, assertion, threshold,
                           body.bool("truncate", None))
     if single:
