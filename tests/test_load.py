@@ -135,7 +135,7 @@ def test_client_that_gives_up_stops_a_long_document(tmp_path, shared_models, bat
     is idle again (< 0.25 cores), not busy for minutes with work nobody waits for."""
     port = free_port()
     cfg = tmp_path / "cancel.yaml"
-    cfg.write_text(f"server: {{bind: '127.0.0.1:{port}'}}\nmodels:\n"
+    cfg.write_text(f"server: {{bind: '127.0.0.1:{port}', max_text_chars: 3000000}}\nmodels:\n"
                    f"  - {{name: pii, kind: pii, path: '{shared_models / 'rampart-pii'}', replicas: 2, "
                    f"intra_threads: 1, batching: {{{batching}}}}}\n")
     srv = ServeProcess(cfg, port)
