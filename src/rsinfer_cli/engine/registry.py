@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -61,7 +62,9 @@ class Registry:
                 self.defaults[kind] = (flagged or names)[0]
 
     @classmethod
-    def load(cls, config: Config, cache_dir: Path | None = None, max_workers: int = 4) -> Registry:
+    def load(cls, config: Config, cache_dir: Path | None = None, max_workers: int = 4,
+             on_load: Callable[[str], None] | None = None) -> Registry:
+        """Every model of the config; `on_load(description)` is told as each one starts loading."""
         cache = cache_dir or config.hf_cache_dir()
         jobs: list[tuple[str, ModelConfig]] = []
         for i, m in enumerate(config.models):
@@ -72,7 +75,12 @@ class Registry:
         loaded: dict[str, LoadedModel] = {}
         failures: list[tuple[str, BaseException]] = []
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(jobs))), thread_name_prefix="load") as ex:
-            futures = [(where, ex.submit(load_model, vc, config.server, cache)) for where, vc in jobs]
+            def load(where: str, vc: ModelConfig) -> LoadedModel:
+                if on_load is not None:
+                    on_load(where)
+                return load_model(vc, config.server, cache)
+
+            futures = [(where, ex.submit(load, where, vc)) for where, vc in jobs]
             for where, fut in futures:
                 try:
                     model = fut.result()

@@ -14,11 +14,12 @@ from ..engine.registry import Registry
 from ..errors import ConfigError
 from .app import check_served, create_app
 from .state import STATE
+from .systemd import Notifier
 
 log = logging.getLogger("rsinfer.server")
 
 
-async def _serve(app: web.Application, host: str, port: int, drain_s: float) -> None:
+async def _serve(app: web.Application, host: str, port: int, drain_s: float, notifier: Notifier) -> None:
     # handler_cancellation: a client that leaves cancels its handler, and so its queued rows and forwards
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=drain_s,
                            handler_cancellation=True)
@@ -47,7 +48,12 @@ async def _serve(app: web.Application, host: str, port: int, drain_s: float) -> 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # every model is loaded and checked, and every listening socket is bound: ready
+    notifier.ready(f"serving {len(state.registry.entries)} model(s) on {shown}:{port}{grpc_note}")
+    watchdog = asyncio.create_task(notifier.watchdog())
     await stop.wait()
+    notifier.stopping()
+    watchdog.cancel()
     log.warning("shutdown signal received: draining requests in flight")
     # both fronts stop accepting and let the calls in flight finish (up to drain_s), side by side; the app's
     # cleanup waits for the gRPC drain before it stops the schedulers
@@ -59,10 +65,16 @@ async def _serve(app: web.Application, host: str, port: int, drain_s: float) -> 
 
 def serve(config: Config, host: str | None = None, port: int | None = None) -> None:
     check_served(config)
-    registry = Registry.load(config)  # the listener binds only after every model is loaded
+    notifier = Notifier()  # systemd's notify protocol when $NOTIFY_SOCKET is set; else nothing
+    notifier.status(f"loading {len(config.models)} model(s)")
+    registry = Registry.load(config, on_load=lambda where: notifier.status(f"loading {where}"))
+    notifier.status("models loaded; binding the listening sockets")  # the listener binds only after every load
     app = create_app(config, registry)
     # Forward threads need the GIL briefly before and after each session.run; with the default 5 ms switch
     # interval a busy event loop can keep a replica idle that long. 1 ms keeps replicas fed.
     sys.setswitchinterval(0.001)
-    asyncio.run(_serve(app, host or config.server.host, port or config.server.port,
-                       config.server.request_timeout_ms / 1000 + 1))
+    try:
+        asyncio.run(_serve(app, host or config.server.host, port or config.server.port,
+                           config.server.request_timeout_ms / 1000 + 1, notifier))
+    finally:
+        notifier.close()
