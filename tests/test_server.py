@@ -374,3 +374,16 @@ class TestServeProcess:
             srv.stop()
         access = [x for x in srv.lines if "rsinfer.access" in x]
         assert access and not any("printing presses" in x for x in srv.lines)  # never the body
+
+
+@pytest.mark.shared
+def test_public_answers_hold_no_local_paths_or_banner(shared_models):
+    cfg = parse_config({"server": {"api_keys": ["k"]}, "models": [
+        {"name": "mini", "kind": "embedding", "path": str(shared_models / "all-minilm-l6-v2"), "replicas": 1}]})
+    with ServerThread(cfg) as srv:
+        r = httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer k"})
+        assert str(shared_models) not in r.text and r.json()["data"][0]["source"] == "path:all-minilm-l6-v2"
+        assert r.headers["server"] == "rsinfer"  # no Python/aiohttp versions
+        denied = httpx.get(srv.url + "/v1/models")
+        assert denied.status_code == 401 and denied.headers["www-authenticate"].startswith("Bearer")
+        assert denied.headers["server"] == "rsinfer"

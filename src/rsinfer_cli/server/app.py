@@ -161,4 +161,10 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
             await app[STATE].cache.close()
 
     app.cleanup_ctx.append(lifetime)
+    app.on_response_prepare.append(_no_banner)
     return app
+
+
+async def _no_banner(request: web.Request, response: web.StreamResponse) -> None:
+    """No version banner: aiohttp would say `Python/3.x aiohttp/3.y`."""
+    response.headers["Server"] = "rsinfer"

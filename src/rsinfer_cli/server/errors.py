@@ -84,11 +84,15 @@ def response_for(exc: BaseException, kserve: bool = False) -> web.Response:
         from ..jsonio import dumps
 
         headers = {"Retry-After": "1"} if status in (429, 503) else None
+        if status == 401:
+            headers = {"WWW-Authenticate": 'Bearer realm="rsinfer"'}
         return web.Response(status=status, body=dumps({"error": message}), content_type="application/json",
                             headers=headers)
     if isinstance(exc, RsinferError):
         status, type_ = status_for(exc)
         headers = {"Retry-After": "1"} if status in (429, 503) else None
+        if status == 401:
+            headers = {"WWW-Authenticate": 'Bearer realm="rsinfer"'}
         return error_response(status, exc.message, type_, exc.param, headers)
     if isinstance(exc, web.HTTPException):
         status = exc.status

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from aiohttp import web
 
 from ...jsonio import dumps
@@ -22,6 +25,21 @@ async def health(request: web.Request) -> web.Response:
                         content_type="application/json")
 
 
+def public_source(source: str) -> str:
+    """A source id without local paths: `path:/srv/models/minilm` → `path:minilm` (a Hub id stays as it is)."""
+    if source.startswith("path:"):
+        head, plus, rest = source[5:].partition("+")
+        return f"path:{Path(head).name}{plus}{rest}"
+    return source
+
+
+def public_provenance(prov: dict[str, Any]) -> dict[str, Any]:
+    """Provenance for a public answer: no absolute local paths (`rsinfer inspect` shows them locally)."""
+    out = {k: v for k, v in prov.items() if k != "local_path"}
+    out["source"] = public_source(str(prov.get("source", "")))
+    return out
+
+
 @routes.get("/v1/models")
 async def models(request: web.Request) -> web.Response:
     state = request.app[STATE]
@@ -32,7 +50,8 @@ async def models(request: web.Request) -> web.Response:
         pipe = state.pipelines.get(m.key)
         data.append({
             "id": name, "object": "model", "created": int(state.started), "owned_by": "rsinfer",
-            "kind": m.kind, "source": card["source"], "provenance": card["provenance"],
+            "kind": m.kind, "source": public_source(card["source"]),
+            "provenance": public_provenance(card["provenance"]),
             "graph_file": card["graph_file"], "dtype": card["dtype"],
             "execution_providers": card["execution_providers"], "replicas": card["replicas"],
             "max_len": card["max_len"], "default": state.registry.defaults.get(m.kind) == name,
@@ -42,7 +61,7 @@ async def models(request: web.Request) -> web.Response:
             data[-1]["pooling"] = data[-1]["pipeline"]["pooling"]
         if m.version is not None:  # a versioned model: each version's source and share of unnamed requests
             weights = {v.version: v.weight for v in state.config.model(name).versions}
-            data[-1]["versions"] = [{"version": v.version, "source": v.card()["source"],
+            data[-1]["versions"] = [{"version": v.version, "source": public_source(v.card()["source"]),
                                      "weight": weights.get(v.version)} for v in entries]
             data[-1]["default_version"] = state.config.model(name).default_version
     return web.Response(body=dumps({"object": "list", "data": data}), content_type="application/json")
