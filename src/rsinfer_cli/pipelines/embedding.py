@@ -170,3 +170,32 @@ class EmbeddingPipeline(TextPipeline):
         """Texts (or token-id rows) → vectors in input order, with usage and timing."""
         return self.run(self.plan(texts, ids, dimensions=dimensions, normalize=normalize, truncate=truncate,
                                   direction=direction, param=param))
+
+
+EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary", "base64")
+
+
+def embedding_types(vectors: Array, types: Sequence[str]) -> dict[str, Any]:
+    """Cohere's `embedding_types` of unit vectors: float lists; int8 = round(127·v); uint8 = round(127.5·(v + 1));
+    binary / ubinary = one bit per dimension (v > 0), packed 8 to a byte as signed / unsigned integers; base64 =
+    little-endian float32 bytes."""
+    import base64
+
+    out: dict[str, Any] = {}
+    for t in types:
+        if t == "float":
+            out[t] = vectors.astype(np.float32).tolist()
+        elif t == "int8":
+            out[t] = np.clip(np.rint(vectors * 127), -128, 127).astype(np.int64).tolist()
+        elif t == "uint8":
+            out[t] = np.clip(np.rint((vectors + 1) * 127.5), 0, 255).astype(np.int64).tolist()
+        elif t in ("binary", "ubinary"):
+            packed = np.packbits(vectors > 0, axis=1).astype(np.int64)
+            out[t] = (packed - 128 if t == "binary" else packed).tolist()
+        elif t == "base64":
+            le = vectors.astype("<f4")
+            out[t] = [base64.b64encode(row.tobytes()).decode("ascii") for row in le]
+        else:
+            raise InputError(f"unknown embedding type '{t}' (one of {', '.join(EMBEDDING_TYPES)})",
+                             param="embedding_types")
+    return out

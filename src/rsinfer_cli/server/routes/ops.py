@@ -67,6 +67,32 @@ async def models(request: web.Request) -> web.Response:
     return web.Response(body=dumps({"object": "list", "data": data}), content_type="application/json")
 
 
+@routes.get("/info")
+async def info(request: web.Request) -> web.Response:
+    """TEI's `/info` for the one model (or the default embedding / rerank model): id, kind, limits. `version` is the
+    model's version: rsinfer shows no server version banner."""
+    state = request.app[STATE]
+    reg = state.registry
+    name = next(iter(reg.entries)) if len(reg.entries) == 1 else next(
+        (reg.defaults[k] for k in ("embedding", "rerank", "zeroshot", "pii", "tensor") if k in reg.defaults), None)
+    if name is None:
+        from ...errors import InputError
+
+        raise InputError(f"several models are served ({', '.join(reg.entries)}) and none is a default; "
+                         "see /v1/models")
+    m = reg.entries[name][0]
+    pipe = state.pipelines[m.key]
+    tei_type = {"embedding": "embedding", "rerank": "reranker", "zeroshot": "classifier", "pii": "classifier"}
+    return web.Response(body=dumps({
+        "model_id": name, "model_sha": m.resolved.commit, "model_dtype": m.config.dtype, "kind": m.kind,
+        "model_type": {tei_type.get(m.kind, m.kind): pipe.describe()},
+        "max_input_length": m.max_len, "max_concurrent_requests": state.config.server.max_queue,
+        "max_batch_tokens": pipe.max_tokens, "max_batch_requests": None, "max_client_batch_size":
+            state.config.server.max_texts, "max_batch_rows": pipe.max_rows, "auto_truncate": m.config.truncate,
+        "tokenization_workers": state.prep_executor._max_workers, "version": m.version or "1",
+    }), content_type="application/json")
+
+
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
     m = request.app[STATE].metrics
