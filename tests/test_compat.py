@@ -80,3 +80,51 @@ def test_tei_info_tokenize_decode_similarity(server, vectors):
     sims = httpx.post(server.url + "/similarity", json={"inputs": {"source_sentence": TEXTS[0],
                                                                    "sentences": TEXTS}}).json()
     assert sims == pytest.approx([1.0, float(vectors[1] @ vectors[0])], abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def four(shared_models):
+    cfg = parse_config({"models": [
+        {"name": "mini", "kind": "embedding", "path": str(shared_models / "all-minilm-l6-v2"), "replicas": 1},
+        {"name": "rr", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"), "replicas": 1},
+        {"name": "pii", "kind": "pii", "path": str(shared_models / "rampart-pii"), "replicas": 1},
+        {"name": "nli", "kind": "zeroshot", "path": str(shared_models / "tiny-nli"), "replicas": 1}]})
+    with ServerThread(cfg) as srv:
+        yield srv
+
+
+def hf(srv, name: str):
+    from huggingface_hub import InferenceClient
+
+    return InferenceClient(model=f"{srv.url}/models/{name}")
+
+
+def test_huggingface_inference_client_every_task(four):
+    """The real huggingface_hub.InferenceClient, pointed at /models/NAME: the answers equal rsinfer's own routes."""
+    emb = np.asarray(hf(four, "mini").feature_extraction("where is my parcel"))
+    own = httpx.post(four.url + "/v1/embeddings", json={"model": "mini", "input": ["where is my parcel"],
+                                                        "encoding_format": "float"}).json()["data"][0]["embedding"]
+    assert emb.shape == (1, 384) and np.array_equal(emb[0].astype(np.float32), np.array(own, dtype=np.float32))
+    sims = hf(four, "mini").sentence_similarity("a cat", ["a cat", "tax law"])
+    assert sims[0] == pytest.approx(1.0, abs=1e-6) and sims[1] < 0.5
+    scores = hf(four, "rr").sentence_similarity("where is my parcel", ["it shipped", "cats"])
+    ranked = httpx.post(four.url + "/v1/rerank", json={"model": "rr", "query": "where is my parcel",
+                                                       "documents": ["it shipped", "cats"]}).json()["results"]
+    assert scores == pytest.approx([r["relevance_score"] for r in sorted(ranked, key=lambda r: r["index"])],
+                                   abs=1e-9)
+    ents = hf(four, "pii").token_classification("Mail alex.rivera@example.com now")
+    assert [(e.entity_group, e.word, e.start, e.end) for e in ents] == [("EMAIL", "alex.rivera@example.com", 5, 28)]
+    zs = hf(four, "nli").zero_shot_classification("my parcel is late", ["shipping", "food"])
+    own_zs = httpx.post(four.url + "/classify/zero-shot", json={"model": "nli", "input": "my parcel is late",
+                                                                "candidate_labels": ["shipping", "food"]}).json()
+    assert [e.label for e in zs] == own_zs["labels"]
+    assert [e.score for e in zs] == pytest.approx(own_zs["scores"], abs=1e-9)
+
+
+def test_root_post_needs_a_single_model(four, server):
+    r = httpx.post(four.url + "/", json={"inputs": "x"})
+    assert r.status_code == 400 and "/models/{name}" in r.json()["error"]["message"]
+    one = httpx.post(server.url + "/", json={"inputs": ["a", "b"]})
+    assert one.status_code == 200 and np.asarray(one.json()).shape == (2, 384)
+    assert httpx.post(four.url + "/models/nope", json={"inputs": "x"}).status_code == 404
+    assert httpx.post(four.url + "/models/nli", json={"inputs": "x"}).status_code == 422  # no candidate_labels

@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..pipelines import build_pipeline
 from .errors import RequestTimeout, Unauthorized, response_for, status_for
 from .metrics import Metrics, QueueCollector
-from .routes import ops
+from .routes import hf, ops
 from .state import CACHE_STATUS, STATE, ServerState
 
 access_log = logging.getLogger("rsinfer.access")
@@ -148,6 +148,7 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     for family in families.all_families():
         if family.routes is not None:
             app.add_routes(family.load("routes"))
+    app.add_routes(hf.routes)  # the Hugging Face Inference API shapes, by the named model's kind
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         yield

@@ -1,0 +1,141 @@
+"""The Hugging Face Inference API shapes: `POST /models/{name}` answers the task of that model's kind, so
+`huggingface_hub.InferenceClient(model="http://host:port/models/NAME")` works unmodified. `POST /` does the same for
+the one model of a single-model config (TEI's rule).
+
+    embedding  feature-extraction   {"inputs": str | [str], "normalize", "truncate", "truncation_direction",
+                                     "prompt_name"} → nested float lists
+               sentence-similarity  {"inputs": {"source_sentence", "sentences"}} → cosine scores
+    rerank     sentence-similarity  {"inputs": {"source_sentence", "sentences"}} → relevance scores (query, docs)
+    pii        token-classification {"inputs": str, "parameters": {"ignore_labels", …}} → [{entity_group, score,
+                                     word, start, end}] (spans are whole-word groups: aggregation "simple")
+    zeroshot   zero-shot-classification {"inputs": str, "parameters": {"candidate_labels", "multi_label",
+                                     "hypothesis_template"}} → [{label, score}] best first
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from ...errors import InputError
+from ...pipelines.embedding import EmbeddingPipeline
+from ...pipelines.pii import PiiPipeline
+from ...pipelines.rerank import RerankPipeline
+from ...pipelines.zeroshot import ZeroShotPipeline
+from ..errors import RequestValidationError
+from ..request import Body, json_body, text_or_token_input
+from ..state import STATE
+from .common import Call, check_chars, check_count, json_response, truncation_headers
+
+routes = web.RouteTableDef()
+
+
+def _parameters(body: Body) -> dict[str, Any]:
+    params = body.data.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise RequestValidationError("`parameters` must be an object", param="parameters")
+    return params
+
+
+def _pair_inputs(value: Any) -> tuple[str, list[str]] | None:
+    if isinstance(value, dict) and "source_sentence" in value:
+        source, sentences = value.get("source_sentence"), value.get("sentences")
+        if not isinstance(source, str) or not isinstance(sentences, list) or \
+                not all(isinstance(x, str) for x in sentences):
+            raise RequestValidationError("`inputs.source_sentence` must be a string and `inputs.sentences` an "
+                                         "array of strings", param="inputs")
+        if not sentences:
+            raise InputError("`inputs.sentences` is empty", param="inputs.sentences")
+        return source, sentences
+    return None
+
+
+async def _answer(request: web.Request, name: str) -> web.Response:
+    state = request.app[STATE]
+    if name not in state.registry.entries:
+        from ...errors import ModelNotFound
+
+        raise ModelNotFound(f"model '{name}' not found", param="model", model=name)
+    kind = state.registry.entries[name][0].kind
+    model = state.registry.get(name, kind)
+    call = Call(state, Body(await json_body(request)), model)
+    body = call.body
+    if "inputs" not in body.data:
+        raise RequestValidationError("`inputs` is required", param="inputs")
+    inputs = body.data["inputs"]
+    params = _parameters(body)
+    pair = _pair_inputs(inputs)
+    if kind == "embedding":
+        pipe = call.pipeline(EmbeddingPipeline)
+        if pair is not None:  # sentence-similarity
+            source, sentences = pair
+            check_count(call, "inputs.sentences", len(sentences) + 1)
+            check_chars(call, "inputs", [source, *sentences])
+            res = await call.infer(pipe.plan, [source, *sentences], None, normalize=True, param="inputs")
+            return json_response([float(x) for x in res.vectors[1:] @ res.vectors[0]],
+                                 truncation_headers(res.truncated))
+        texts, ids, _ = text_or_token_input(inputs, "inputs")
+        check_count(call, "inputs", len(texts or ids or []))
+        check_chars(call, "inputs", texts)
+        direction = str(body.data.get("truncation_direction") or params.get("truncation_direction") or "right")
+        normalize = body.data.get("normalize", params.get("normalize"))
+        truncate = body.data.get("truncate", params.get("truncate"))
+        res = await call.infer(pipe.plan, texts, ids, normalize=normalize if isinstance(normalize, bool) else None,
+                               truncate=truncate if isinstance(truncate, bool) else None,
+                               direction=direction.lower(), param="inputs")
+        return json_response(res.vectors, truncation_headers(res.truncated))
+    if kind == "rerank":
+        if pair is None:
+            raise RequestValidationError("a rerank model answers sentence-similarity: `inputs` must be "
+                                         "{\"source_sentence\", \"sentences\"}", param="inputs")
+        source, sentences = pair
+        check_count(call, "inputs.sentences", len(sentences))
+        check_chars(call, "inputs", [source, *sentences])
+        scores = await call.infer(call.pipeline(RerankPipeline).plan_rerank, source, sentences)
+        return json_response([float(s) for s in scores.scores], truncation_headers(scores.truncated))
+    if not isinstance(inputs, str):
+        raise RequestValidationError("`inputs` must be a string", param="inputs")
+    check_chars(call, "inputs", inputs)
+    if kind == "pii":
+        pipe_p = call.pipeline(PiiPipeline)
+        ignore = params.get("ignore_labels")
+        types = None
+        if isinstance(ignore, list):
+            types = [t for t in pipe_p.types if t not in ignore and f"B-{t}" not in ignore and f"I-{t}" not in ignore]
+        det = await call.infer(pipe_p.plan_detect, [inputs], None, types)
+        return json_response([{"entity_group": e.entity_type, "score": e.score, "word": e.text, "start": e.start,
+                               "end": e.end} for e in det.entities[0]])
+    if kind == "zeroshot":
+        labels = params.get("candidate_labels")
+        if isinstance(labels, str):
+            labels = [x.strip() for x in labels.split(",") if x.strip()]
+        if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x.strip() for x in labels):
+            raise RequestValidationError("`parameters.candidate_labels` must be a non-empty array of labels",
+                                         param="parameters.candidate_labels")
+        template = params.get("hypothesis_template")
+        if template is not None and (not isinstance(template, str) or ("{}" not in template and
+                                                                        "{label}" not in template)):
+            raise InputError("`parameters.hypothesis_template` must contain {} or {label}",
+                             param="parameters.hypothesis_template")
+        res = await call.infer(call.pipeline(ZeroShotPipeline).plan_classify, [inputs], labels,
+                               bool(params.get("multi_label", False)), template)
+        r = res.results[0]
+        return json_response([{"label": label, "score": s} for label, s in zip(r.labels, r.scores, strict=True)])
+    raise InputError(f"model '{name}' is a {kind} model; the Hugging Face task routes serve embedding, rerank, pii "
+                     "and zeroshot models", param="model")
+
+
+@routes.post("/models/{name}")
+async def hf_model(request: web.Request) -> web.Response:
+    return await _answer(request, request.match_info["name"])
+
+
+@routes.post("/")
+async def hf_root(request: web.Request) -> web.Response:
+    """The one model of a single-model config; with several, say where to go."""
+    entries = request.app[STATE].registry.entries
+    if len(entries) != 1:
+        raise InputError(f"several models are served ({', '.join(entries)}): POST to /models/{{name}}",
+                         param="model")
+    return await _answer(request, next(iter(entries)))
