@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CONFIG ?= config.example.yaml
 PIP := $(BIN)/python -m pip
 
-.PHONY: install dev test lint serve completions man proto cpu gpu-cuda gpu-trt mac-coreml openvino clean
+.PHONY: install dev test lint serve completions man proto docs-assets cpu gpu-cuda gpu-trt mac-coreml openvino clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,14 @@ proto: dev                    ## regenerate the committed KServe v2 gRPC modules
 	sed -i 's/_descriptor_pool.Default().AddSerializedFile(/_POOL.AddSerializedFile(/; s/^_sym_db = /_POOL = _descriptor_pool.DescriptorPool()\n_sym_db = /' \
 		$(KSERVE)/kserve_pb2.py
 	sed -i 's/^import kserve_pb2 as/from . import kserve_pb2 as/' $(KSERVE)/kserve_pb2_grpc.py
+
+# /docs serves Swagger UI from files inside the package (air-gapped users: no CDN). They came from npm's official
+# dist package (Apache-2.0, LICENSE and NOTICE beside them); this refreshes them.
+SWAGGER_UI ?= 5.35.0
+docs-assets:                  ## refresh src/rsinfer_cli/server/static/swagger-ui from swagger-ui-dist@$(SWAGGER_UI)
+	cd /tmp && npm pack swagger-ui-dist@$(SWAGGER_UI) && tar xzf swagger-ui-dist-$(SWAGGER_UI).tgz
+	cp /tmp/package/swagger-ui-bundle.js /tmp/package/swagger-ui.css /tmp/package/LICENSE /tmp/package/NOTICE \
+		/tmp/package/swagger-ui-bundle.js.LICENSE.txt src/rsinfer_cli/server/static/swagger-ui/
 
 # Execution-provider profiles: which onnxruntime wheel is installed decides which EPs exist
 # (the Python counterpart of rs-infer's compile-time features). They all provide the `onnxruntime`

@@ -6,7 +6,7 @@ _rsinfer() {
     done
     case "$cmd" in
         "")
-            COMPREPLY=($(compgen -W "bench classify detect download embed inspect redact rerank serve --version --help" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "bench classify detect download embed inspect openapi redact rerank serve --version --help" -- "$cur")); return ;;
         bench)
             case "$prev" in
                 --url) return ;;
@@ -105,6 +105,12 @@ _rsinfer() {
                 --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot pii tensor" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --path --hf --revision --file --subfolder --tokenizer-hf --dtype --kind --json --help -h" -- "$cur")) ;;
+        openapi)
+            case "$prev" in
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --output -o --help -h" -- "$cur")) ;;
         redact)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;

@@ -21,7 +21,7 @@ from ..errors import (
     RsinferError,
     Saturated,
 )
-from . import bench, download, inspect, serve
+from . import bench, download, inspect, openapi, serve
 
 
 class ExitCode(enum.IntEnum):
@@ -99,7 +99,8 @@ def root(
 
 
 _COMMANDS = {"bench": (bench.bench_cmd, bench.bench_cmd.__doc__), "download": (download.download_cmd, download.__doc__),
-             "inspect": (inspect.inspect_cmd, inspect.__doc__), "serve": (serve.serve_cmd, serve.__doc__)}
+             "inspect": (inspect.inspect_cmd, inspect.__doc__), "serve": (serve.serve_cmd, serve.__doc__),
+             "openapi": (openapi.openapi_cmd, openapi.__doc__)}
 for _family in families.all_families():  # each family's own commands (`embed`, `rerank`, `redact`, …)
     for _name, _ref in _family.commands:
         _fn = families.resolve_ref(_ref)

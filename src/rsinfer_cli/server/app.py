@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from aiohttp import web
 
@@ -27,8 +28,15 @@ from .state import CACHE_STATUS, STATE, ServerState
 access_log = logging.getLogger("rsinfer.access")
 log = logging.getLogger("rsinfer.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-OPEN_ROUTES = frozenset({"/health", "/v2/health/live", "/v2/health/ready"})
-KSERVE_PATHS = ("/v2/health", "/v2/models", "/infer", "/batch", "/models")  # + "/v2" itself, below
+OPEN_ROUTES = frozenset({"/health", "/v2/health/live", "/v2/health/ready", "/openapi.json", "/docs",
+                         "/docs/assets"})
+STATIC = Path(__file__).parent / "static" / "swagger-ui"   # Swagger UI 5 (Apache-2.0), served by /docs, no CDN
+KSERVE_PATHS = ("/v2/health", "/v2/models", "/infer", "/batch")
+
+
+def kserve_route(path: str) -> bool:
+    """The tensor routes answer errors in KServe's shape (`/models/{name}` is Hugging Face's, not inferstack's)."""
+    return path.startswith(KSERVE_PATHS) or path in ("/v2", "/models")
 
 
 def route_label(request: web.Request) -> str:
@@ -73,7 +81,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - this is the mapping point
-        response = response_for(exc, kserve=request.path.startswith(KSERVE_PATHS))
+        response = response_for(exc, kserve=kserve_route(request.path))
         if response.status >= 500:
             log.error("%s %s failed: %s", request.method, route_label(request), exc,
                       exc_info=not isinstance(exc, (web.HTTPException,)) and status_for(exc)[0] == 500)
@@ -149,6 +157,7 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
         if family.routes is not None:
             app.add_routes(family.load("routes"))
     app.add_routes(hf.routes)  # the Hugging Face Inference API shapes, by the named model's kind
+    app.router.add_static("/docs/assets", STATIC, name="docs-assets")
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         yield

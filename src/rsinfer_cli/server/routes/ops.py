@@ -93,6 +93,22 @@ async def info(request: web.Request) -> web.Response:
     }), content_type="application/json")
 
 
+@routes.get("/openapi.json")
+async def openapi_json(request: web.Request) -> web.Response:
+    from ..openapi import document
+
+    state = request.app[STATE]
+    return web.Response(body=dumps(document(secured=bool(state.config.server.api_keys))),
+                        content_type="application/json")
+
+
+@routes.get("/docs")
+async def docs(request: web.Request) -> web.Response:
+    from ..openapi import DOCS_HTML
+
+    return web.Response(text=DOCS_HTML, content_type="text/html")
+
+
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
     m = request.app[STATE].metrics
