@@ -59,7 +59,7 @@ def test_cohere_v1_embed_and_options(server, vectors):
                                                        "output_dimension": 64, "embedding_types": ["float"]})
     assert len(small.json()["embeddings"]["float"][0]) == 64
     bad = httpx.post(server.url + "/v2/embed", json={"texts": TEXTS, "embedding_types": ["int4"]})
-    assert bad.status_code == 400 and bad.json()["error"]["param"] == "embedding_types"
+    assert bad.status_code == 400 and bad.json()["error"]["param"].startswith("embedding_types")
     assert httpx.post(server.url + "/v2/embed", json={}).status_code == 422
     long = httpx.post(server.url + "/v2/embed", json={"texts": ["word " * 400], "truncate": "NONE"})
     assert long.status_code == 400 and "max_len is 256" in long.json()["error"]["message"]

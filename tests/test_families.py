@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+import msgspec
 import numpy as np
 import pytest
 from aiohttp import web
@@ -42,10 +43,15 @@ class ToyPipeline(RowPipeline):
 toy_routes = web.RouteTableDef()
 
 
+class ToyRequest(msgspec.Struct, kw_only=True):
+    rows: list[list[float]]
+    model: str | None = None
+
+
 @toy_routes.post("/toy/add-one")
 async def add_one(request: web.Request) -> web.Response:
-    call = await begin(request, "toy")
-    out = await call.infer(call.pipeline(ToyPipeline).plan, call.body.data["rows"])
+    call = await begin(request, "toy", ToyRequest)
+    out = await call.infer(call.pipeline(ToyPipeline).plan, call.req.rows)
     return json_response({"rows": out, "model": call.model.name})
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter
+import msgspec
 
 from .schemas import OPS, KServeError, Op, OpenAIError
 
@@ -18,7 +18,7 @@ ERRORS = {
                "408": "Too slow", "413": "Body too large", "422": "Malformed body",
                "429": "Queue full; retry later", "503": "Waited too long for a replica"},
 }
-REF = "#/components/schemas/{model}"
+REF = "#/components/schemas/{name}"
 
 
 class _Components:
@@ -26,17 +26,10 @@ class _Components:
         self.schemas: dict[str, Any] = {}
 
     def schema(self, tp: Any) -> dict[str, Any]:
-        """A JSON Schema for a model or type; nested models become components."""
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            name = tp.__name__
-            if name not in self.schemas:
-                full = tp.model_json_schema(ref_template=REF, mode="serialization")
-                self.schemas.update(full.pop("$defs", {}))
-                self.schemas[name] = full
-            return {"$ref": REF.format(model=name)}
-        full = TypeAdapter(tp).json_schema(ref_template=REF, mode="serialization")
-        self.schemas.update(full.pop("$defs", {}))
-        return full
+        """A JSON Schema (2020-12, what OpenAPI 3.1 uses) for a Struct or type; Structs become components."""
+        (schema,), components = msgspec.json.schema_components([tp], ref_template=REF)
+        self.schemas.update(components)
+        return dict(schema)
 
 
 def _operation(op: Op, path: str, comps: _Components, secured: bool) -> dict[str, Any]:

@@ -3,26 +3,61 @@ how to answer."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
+import msgspec
 from aiohttp import web
 
 from ...engine.model import LoadedModel
+from ...errors import InputError
 from ...jsonio import dumps
 from ...pipelines.base import RowPipeline, Work
-from ..request import Body, json_body
+from ..errors import RequestValidationError
 from ..state import STATE, ServerState
 
 P = TypeVar("P", bound=RowPipeline)
+Q = TypeVar("Q", bound=msgspec.Struct)
 R = TypeVar("R")
+_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+_AT = re.compile(r"^(?P<text>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+
+
+def decode(raw: bytes, schema: type[Q]) -> Q:
+    """The request body, decoded once into its Struct. A body without the request's shape (a required field
+    missing, a field of the wrong type, not an object) is a 422 naming the field; a well-formed value that is not
+    allowed (an unknown enum value, out of bounds) is a 400; malformed JSON is a 400."""
+    if not raw.strip():
+        raise InputError("request body is empty; send a JSON object")
+    decoder = _DECODERS.get(schema)
+    if decoder is None:
+        decoder = _DECODERS[schema] = msgspec.json.Decoder(schema)
+    try:
+        return decoder.decode(raw)  # type: ignore[no-any-return]
+    except msgspec.ValidationError as exc:
+        m = _AT.match(str(exc))
+        text, path = (m.group("text"), m.group("path") or "") if m else (str(exc), "")
+        param = path.lstrip(".") or None
+        missing = re.match(r"Object missing required field `([^`]+)`", text)
+        if missing:
+            field = f"{param}.{missing.group(1)}" if param else missing.group(1)
+            raise RequestValidationError(f"`{field}` is required", param=field) from None
+        if param is None and text.startswith("Expected `object`"):
+            raise RequestValidationError(f"the body must be a JSON object ({text})") from None
+        where = f"`{param}`: " if param else ""
+        if text.startswith("Invalid enum value") or re.search(r"[<>]=? |length", text):
+            raise InputError(f"{where}{text}", param=param) from None
+        raise RequestValidationError(f"{where}{text}", param=param) from None
+    except msgspec.DecodeError as exc:
+        raise InputError(f"malformed JSON body: {exc}") from None
 
 
 @dataclass
-class Call:
+class Call(Generic[Q]):
     state: ServerState
-    body: Body
+    req: Q
     model: LoadedModel
 
     def pipeline(self, kind: type[P]) -> P:
@@ -36,16 +71,17 @@ class Call:
         return await self.state.infer(self.model, plan, *args, **kwargs)
 
 
-async def begin(request: web.Request, kind: str, named: bool = True) -> Call:
-    """Parse the body and pick the model: the one it names, else the default of `kind` (`named=False`: always
-    the default, for shapes without a `model` field)."""
+async def begin(request: web.Request, kind: str, schema: type[Q], named: bool = True) -> Call[Q]:
+    """Decode the body into `schema` and pick the model: the one it names, else the default of `kind`
+    (`named=False`: always the default, for shapes without a `model` field)."""
     state = request.app[STATE]
-    body = Body(await json_body(request))
-    model = state.registry.get(body.str("model", None) if named else None, kind)
-    return Call(state, body, model)
+    req = decode(await request.read(), schema)
+    name = getattr(req, "model", None) if named else None
+    model = state.registry.get(name if isinstance(name, str) else None, kind)
+    return Call(state, req, model)
 
 
-def check_count(call: Call, key: str, n: int) -> None:
+def check_count(call: Call[Any], key: str, n: int) -> None:
     """At most `server.max_texts` texts in one request's `key` (else 413 naming the limit)."""
     from ...errors import PayloadTooLarge
 
@@ -54,7 +90,7 @@ def check_count(call: Call, key: str, n: int) -> None:
         raise PayloadTooLarge(f"`{key}` has {n} items; at most {limit} per request (server.max_texts)", param=key)
 
 
-def check_chars(call: Call, key: str, texts: list[str] | str | None) -> None:
+def check_chars(call: Call[Any], key: str, texts: list[str] | str | None) -> None:
     """Every text at most `max_text_chars` characters (the model's, else the server's), else 413 naming the limit;
     checked before any tokenizing."""
     from ...errors import PayloadTooLarge
@@ -74,15 +110,9 @@ def usage(tokens: int) -> dict[str, int]:
     return {"prompt_tokens": tokens, "total_tokens": tokens}
 
 
-def truncation_direction(body: Body) -> str:
-    """TEI's `truncation_direction`: right (default) or left, in either case."""
-    from ...errors import InputError
-
-    direction = body.str("truncation_direction", "right").lower()
-    if direction not in ("right", "left"):
-        raise InputError(f"`truncation_direction` must be \"right\" or \"left\", got {direction!r}",
-                         param="truncation_direction")
-    return direction
+def truncation_direction(value: str | None) -> str:
+    """TEI's `truncation_direction`: right (default) or left, in either case (the schema allows only those)."""
+    return (value or "right").lower()
 
 
 def json_response(data: Any, headers: dict[str, str] | None = None) -> web.Response:

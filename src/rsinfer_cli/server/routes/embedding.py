@@ -10,9 +10,17 @@ import numpy as np
 from aiohttp import web
 
 from ...errors import InputError
-from ...pipelines.embedding import EMBEDDING_TYPES, EmbeddingPipeline, embedding_types
+from ...pipelines.embedding import EmbeddingPipeline, embedding_types
 from ..errors import RequestValidationError
 from ..request import text_or_token_input
+from ..schemas import (
+    CohereEmbedRequest,
+    DecodeRequest,
+    EmbeddingsRequest,
+    SimilarityRequest,
+    TeiEmbedRequest,
+    TokenizeRequest,
+)
 from .common import (
     Call,
     begin,
@@ -28,11 +36,10 @@ routes = web.RouteTableDef()
 # `rsinfer bench --url`: a request body for each route, from texts
 BENCH = {"/v1/embeddings": lambda texts: {"input": texts}, "/embed": lambda texts: {"inputs": texts},
          "/v2/embed": lambda texts: {"texts": texts, "input_type": "search_query", "embedding_types": ["float"]}}
-INPUT_TYPES = ("search_document", "search_query", "classification", "clustering")
 
 
-def _inputs(call: Call, key: str) -> tuple[list[str] | None, list[list[int]] | None, bool]:
-    texts, ids, single = text_or_token_input(call.body.data.get(key), key)
+def _inputs(call: Call[Any], key: str, value: Any) -> tuple[list[str] | None, list[list[int]] | None, bool]:
+    texts, ids, single = text_or_token_input(value, key)  # the untagged union's items, checked by hand
     check_count(call, key, len(texts if texts is not None else ids or []))
     check_chars(call, key, texts)
     return texts, ids, single
@@ -40,19 +47,13 @@ def _inputs(call: Call, key: str) -> tuple[list[str] | None, list[list[int]] | N
 
 @routes.post("/v1/embeddings")
 async def openai_embeddings(request: web.Request) -> web.Response:
-    call = await begin(request, "embedding")
-    body, model, pipe = call.body, call.model, call.pipeline(EmbeddingPipeline)
-    if "input" not in body.data:
-        raise RequestValidationError("`input` is required", param="input")
-    texts, ids, _ = _inputs(call, "input")
-    fmt = body.str("encoding_format", "float")
-    if fmt not in ("float", "base64"):
-        raise InputError(f"`encoding_format` must be \"float\" or \"base64\", got {fmt!r}", param="encoding_format")
-    dims = body.int("dimensions", None)
-    pipe.check_dimensions(dims)
-    result = await call.infer(pipe.plan, texts, ids, dimensions=dims, truncate=body.bool("truncate", None))
+    call = await begin(request, "embedding", EmbeddingsRequest)
+    req, model, pipe = call.req, call.model, call.pipeline(EmbeddingPipeline)
+    texts, ids, _ = _inputs(call, "input", req.input)
+    pipe.check_dimensions(req.dimensions)
+    result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, truncate=req.truncate)
     vectors = result.vectors
-    if fmt == "base64":
+    if req.encoding_format == "base64":
         le = vectors.astype("<f4", copy=False)
         items: list[Any] = [base64.b64encode(le[i].tobytes()).decode("ascii") for i in range(len(le))]
     else:
@@ -65,16 +66,13 @@ async def openai_embeddings(request: web.Request) -> web.Response:
 
 @routes.post("/embed")
 async def tei_embed(request: web.Request) -> web.Response:
-    call = await begin(request, "embedding", named=False)
-    body, pipe = call.body, call.pipeline(EmbeddingPipeline)
-    if "inputs" not in body.data:
-        raise RequestValidationError("`inputs` is required", param="inputs")
-    texts, ids, _ = _inputs(call, "inputs")
-    direction = truncation_direction(body)
-    dims = body.int("dimensions", None)
-    pipe.check_dimensions(dims)
-    result = await call.infer(pipe.plan, texts, ids, dimensions=dims, normalize=body.bool("normalize", None),
-                              truncate=body.bool("truncate", None), direction=direction, param="inputs")
+    call = await begin(request, "embedding", TeiEmbedRequest, named=False)
+    req, pipe = call.req, call.pipeline(EmbeddingPipeline)
+    texts, ids, _ = _inputs(call, "inputs", req.inputs)
+    pipe.check_dimensions(req.dimensions)
+    result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, normalize=req.normalize,
+                              truncate=req.truncate, direction=truncation_direction(req.truncation_direction),
+                              param="inputs")
     return json_response(np.asarray(result.vectors), truncation_headers(result.truncated))
 
 
@@ -83,27 +81,17 @@ async def tei_embed(request: web.Request) -> web.Response:
 async def cohere_embed(request: web.Request) -> web.Response:
     """Cohere embed: `texts`, `input_type` (accepted; rsinfer embeds the text as given: add a model's own prefixes
     yourself), `embedding_types`, `truncate` (NONE | START | END) and `output_dimension`."""
-    call = await begin(request, "embedding")
-    body, pipe = call.body, call.pipeline(EmbeddingPipeline)
-    texts = body.str_list("texts")
+    call = await begin(request, "embedding", CohereEmbedRequest)
+    req, pipe = call.req, call.pipeline(EmbeddingPipeline)
+    texts = req.texts
     if not texts:
         raise InputError("`texts` is empty", param="texts")
     check_count(call, "texts", len(texts))
     check_chars(call, "texts", texts)
-    input_type = body.str("input_type", None)
-    if input_type is not None and input_type not in INPUT_TYPES:
-        raise InputError(f"`input_type` must be one of {', '.join(INPUT_TYPES)}, got {input_type!r}",
-                         param="input_type")
     v2 = request.path.startswith("/v2/")
-    types = body.str_list("embedding_types", None)
-    for t in types or []:
-        if t not in EMBEDDING_TYPES:
-            raise InputError(f"unknown embedding type '{t}' (one of {', '.join(EMBEDDING_TYPES)})",
-                             param="embedding_types")
-    truncate = body.str("truncate", "END").upper()
-    if truncate not in ("NONE", "START", "END"):
-        raise InputError(f"`truncate` must be NONE, START or END, got {truncate!r}", param="truncate")
-    dims = body.int("output_dimension", None)
+    types = req.embedding_types  # input_type: accepted; the text is embedded as given
+    truncate = (req.truncate or "END").upper()
+    dims = req.output_dimension
     pipe.check_dimensions(dims)
     result = await call.infer(pipe.plan, texts, None, dimensions=dims, truncate=truncate != "NONE",
                               direction="left" if truncate == "START" else "right", param="texts")
@@ -123,15 +111,12 @@ async def cohere_embed(request: web.Request) -> web.Response:
 @routes.post("/tokenize")
 async def tei_tokenize(request: web.Request) -> web.Response:
     """TEI: each input's tokens as `{id, text, special, start, stop}` (character offsets)."""
-    call = await begin(request, "embedding", named=False)
-    body, pipe = call.body, call.pipeline(EmbeddingPipeline)
-    if "inputs" not in body.data:
-        raise RequestValidationError("`inputs` is required", param="inputs")
-    inputs = body.str_list("inputs", allow_str=True)
-    texts = [inputs] if isinstance(inputs, str) else inputs
+    call = await begin(request, "embedding", TokenizeRequest, named=False)
+    req, pipe = call.req, call.pipeline(EmbeddingPipeline)
+    texts = [req.inputs] if isinstance(req.inputs, str) else req.inputs
     check_count(call, "inputs", len(texts))
     check_chars(call, "inputs", texts)
-    special = body.bool("add_special_tokens", True)
+    special = req.add_special_tokens is not False
     tok = pipe.encoder.tokenizer
     out = []
     for enc in tok.encode_batch(list(texts), add_special_tokens=special):
@@ -144,15 +129,13 @@ async def tei_tokenize(request: web.Request) -> web.Response:
 @routes.post("/decode")
 async def tei_decode(request: web.Request) -> web.Response:
     """TEI: token ids (one list, or a list of lists) back to text."""
-    call = await begin(request, "embedding", named=False)
-    body, pipe = call.body, call.pipeline(EmbeddingPipeline)
-    if "ids" not in body.data:
-        raise RequestValidationError("`ids` is required", param="ids")
-    _, rows, _ = text_or_token_input(body.data["ids"], "ids")
+    call = await begin(request, "embedding", DecodeRequest, named=False)
+    req, pipe = call.req, call.pipeline(EmbeddingPipeline)
+    _, rows, _ = text_or_token_input(req.ids, "ids")
     if rows is None:
         raise RequestValidationError("`ids` must be token ids: a list of integers, or a list of such lists",
                                      param="ids")
-    skip = body.bool("skip_special_tokens", True)
+    skip = req.skip_special_tokens is not False
     vocab = pipe.vocab_size
     for i, row in enumerate(rows):
         bad = next((t for t in row if not 0 <= t < vocab), None)
@@ -164,17 +147,9 @@ async def tei_decode(request: web.Request) -> web.Response:
 @routes.post("/similarity")
 async def tei_similarity(request: web.Request) -> web.Response:
     """TEI / sentence-transformers: cosine similarity of `source_sentence` to each of `sentences`."""
-    call = await begin(request, "embedding", named=False)
-    body, pipe = call.body, call.pipeline(EmbeddingPipeline)
-    inputs = body.data.get("inputs")
-    if not isinstance(inputs, dict):
-        raise RequestValidationError("`inputs` must be an object with `source_sentence` and `sentences`",
-                                     param="inputs")
-    source, sentences = inputs.get("source_sentence"), inputs.get("sentences")
-    if not isinstance(source, str) or not isinstance(sentences, list) or \
-            not all(isinstance(x, str) for x in sentences):
-        raise RequestValidationError("`inputs.source_sentence` must be a string and `inputs.sentences` an array "
-                                     "of strings", param="inputs")
+    call = await begin(request, "embedding", SimilarityRequest, named=False)
+    req, pipe = call.req, call.pipeline(EmbeddingPipeline)
+    source, sentences = req.inputs.source_sentence, req.inputs.sentences
     if not sentences:
         raise InputError("`inputs.sentences` is empty", param="inputs.sentences")
     check_count(call, "inputs.sentences", len(sentences) + 1)

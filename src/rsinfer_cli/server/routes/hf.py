@@ -24,30 +24,19 @@ from ...pipelines.pii import PiiPipeline
 from ...pipelines.rerank import RerankPipeline
 from ...pipelines.zeroshot import ZeroShotPipeline
 from ..errors import RequestValidationError
-from ..request import Body, json_body, text_or_token_input
+from ..request import text_or_token_input
+from ..schemas import HfRequest, SentencePair
 from ..state import STATE
-from .common import Call, check_chars, check_count, json_response, truncation_headers
+from .common import Call, check_chars, check_count, decode, json_response, truncation_headers
 
 routes = web.RouteTableDef()
 
 
-def _parameters(body: Body) -> dict[str, Any]:
-    params = body.data.get("parameters") or {}
-    if not isinstance(params, dict):
-        raise RequestValidationError("`parameters` must be an object", param="parameters")
-    return params
-
-
 def _pair_inputs(value: Any) -> tuple[str, list[str]] | None:
-    if isinstance(value, dict) and "source_sentence" in value:
-        source, sentences = value.get("source_sentence"), value.get("sentences")
-        if not isinstance(source, str) or not isinstance(sentences, list) or \
-                not all(isinstance(x, str) for x in sentences):
-            raise RequestValidationError("`inputs.source_sentence` must be a string and `inputs.sentences` an "
-                                         "array of strings", param="inputs")
-        if not sentences:
+    if isinstance(value, SentencePair):
+        if not value.sentences:
             raise InputError("`inputs.sentences` is empty", param="inputs.sentences")
-        return source, sentences
+        return value.source_sentence, value.sentences
     return None
 
 
@@ -59,12 +48,10 @@ async def _answer(request: web.Request, name: str) -> web.Response:
         raise ModelNotFound(f"model '{name}' not found", param="model", model=name)
     kind = state.registry.entries[name][0].kind
     model = state.registry.get(name, kind)
-    call = Call(state, Body(await json_body(request)), model)
-    body = call.body
-    if "inputs" not in body.data:
-        raise RequestValidationError("`inputs` is required", param="inputs")
-    inputs = body.data["inputs"]
-    params = _parameters(body)
+    call = Call(state, decode(await request.read(), HfRequest), model)
+    req = call.req
+    inputs = req.inputs
+    params = req.parameters or {}
     pair = _pair_inputs(inputs)
     if kind == "embedding":
         pipe = call.pipeline(EmbeddingPipeline)
@@ -78,9 +65,9 @@ async def _answer(request: web.Request, name: str) -> web.Response:
         texts, ids, _ = text_or_token_input(inputs, "inputs")
         check_count(call, "inputs", len(texts or ids or []))
         check_chars(call, "inputs", texts)
-        direction = str(body.data.get("truncation_direction") or params.get("truncation_direction") or "right")
-        normalize = body.data.get("normalize", params.get("normalize"))
-        truncate = body.data.get("truncate", params.get("truncate"))
+        direction = str(req.truncation_direction or params.get("truncation_direction") or "right")
+        normalize = req.normalize if req.normalize is not None else params.get("normalize")
+        truncate = req.truncate if req.truncate is not None else params.get("truncate")
         res = await call.infer(pipe.plan, texts, ids, normalize=normalize if isinstance(normalize, bool) else None,
                                truncate=truncate if isinstance(truncate, bool) else None,
                                direction=direction.lower(), param="inputs")

@@ -11,6 +11,7 @@ from aiohttp import web
 from ...errors import InputError
 from ...pipelines.pii import PiiPipeline
 from ..errors import RequestValidationError
+from ..schemas import PiiRequest, RedactRequest
 from .common import Call, begin, check_chars, check_count, json_response, usage
 
 routes = web.RouteTableDef()
@@ -18,10 +19,8 @@ BENCH = {route: (lambda texts: {"texts": texts}) for route in
          ("/pii/detect", "/pii/redact", "/v1/pii/detect", "/v1/pii/redact")}
 
 
-def _texts(call: Call) -> tuple[list[str], bool]:
-    body = call.body
-    text = body.str("text", None)
-    texts = body.str_list("texts", None)
+def _texts(call: Call[PiiRequest]) -> tuple[list[str], bool]:
+    text, texts = call.req.text, call.req.texts
     if text is None and texts is None:
         raise RequestValidationError("`text` or `texts` is required", param="text")
     if text is not None and texts is not None:
@@ -34,11 +33,10 @@ def _texts(call: Call) -> tuple[list[str], bool]:
     return ([text], False) if text is not None else (texts, True)
 
 
-def _options(call: Call) -> dict[str, Any]:
+def _options(call: Call[PiiRequest]) -> dict[str, Any]:
     """`threshold` and `types`, checked now (a 400 before any work): a typo in `types` must never mean "redact
     nothing"."""
-    threshold = call.body.number("threshold", None)
-    types = call.body.str_list("types", None)
+    threshold, types = call.req.threshold, call.req.types
     call.pipeline(PiiPipeline).check_options(threshold, types)
     return {"threshold": threshold, "types": types}
 
@@ -46,7 +44,7 @@ def _options(call: Call) -> dict[str, Any]:
 @routes.post("/pii/detect")
 @routes.post("/v1/pii/detect")
 async def detect(request: web.Request) -> web.Response:
-    call = await begin(request, "pii")
+    call = await begin(request, "pii", PiiRequest)
     model = call.model
     texts, many = _texts(call)
     det = await call.infer(call.pipeline(PiiPipeline).plan_detect, texts, **_options(call))
@@ -63,12 +61,13 @@ async def detect(request: web.Request) -> web.Response:
 @routes.post("/pii/redact")
 @routes.post("/v1/pii/redact")
 async def redact(request: web.Request) -> web.Response:
-    call = await begin(request, "pii")
-    body, model = call.body, call.model
+    rcall = await begin(request, "pii", RedactRequest)
+    req, model = rcall.req, rcall.model
+    call: Call[PiiRequest] = rcall  # type: ignore[assignment]  # a RedactRequest is a PiiRequest
     texts, _ = _texts(call)
-    mode = body.str("mode", "mask") or "mask"
-    mask_char = body.str("mask_char", "*")
-    replacement = body.str("replacement", None)
+    mode = req.mode or "mask"
+    mask_char = req.mask_char or "*"
+    replacement = req.replacement
     if replacement is not None and "{type}" not in replacement:
         raise InputError("`replacement` must contain {type}, e.g. \"<{type}>\"", param="replacement")
     res = await call.infer(call.pipeline(PiiPipeline).plan_redact, texts, mode=mode, mask_char=mask_char,

@@ -12,7 +12,7 @@ from aiohttp import web
 from ...errors import InputError, PayloadTooLarge
 from ...pipelines.rerank import RerankPipeline, ScoreResult, ranked
 from ..errors import RequestValidationError
-from ..request import Body
+from ..schemas import CohereV2RerankRequest, RerankRequest, ScoreRequest
 from .common import Call, begin, check_chars, json_response, truncation_direction, truncation_headers, usage
 
 routes = web.RouteTableDef()
@@ -26,20 +26,17 @@ BENCH = {
 }
 
 
-def _documents(body: Body, key: str, max_docs: int) -> tuple[list[str], list[Any]]:
+def _documents(raw: list[Any] | None, rank_fields: list[str] | None, key: str,
+               max_docs: int) -> tuple[list[str], list[Any]]:
     """Texts to score and what to echo back: strings, or objects with `text` (other fields echoed), or objects
     ranked on `rank_fields` (Cohere)."""
-    raw = body.data.get(key)
     if raw is None:
         raise RequestValidationError(f"`{key}` is required", param=key)
-    if not isinstance(raw, list):
-        raise RequestValidationError(f"`{key}` must be an array of strings or {{\"text\": ...}} objects", param=key)
     if not raw:
         raise InputError(f"`{key}` is empty", param=key)
     if len(raw) > max_docs:
         raise PayloadTooLarge(f"`{key}` has {len(raw)} documents; at most {max_docs} per request "
                               "(server.max_rerank_documents)", param=key)
-    rank_fields = body.str_list("rank_fields", None)
     texts: list[str] = []
     for i, doc in enumerate(raw):
         if isinstance(doc, str):
@@ -57,42 +54,35 @@ def _documents(body: Body, key: str, max_docs: int) -> tuple[list[str], list[Any
     return texts, raw
 
 
-def _top_n(body: Body, n: int) -> int:
-    top_n = body.int("top_n", None)
-    if top_n is None:
-        return n
-    if top_n < 0:
-        raise InputError(f"`top_n` must be >= 0, got {top_n}", param="top_n")
-    return top_n
+def _top_n(top_n: int | None, n: int) -> int:
+    return n if top_n is None else top_n  # >= 0: the schema says so
 
 
 def _echo(doc: Any) -> Any:
     return {"text": doc} if isinstance(doc, str) else doc
 
 
-async def _score(call: Call, texts: list[str], *, raw: bool = False, max_tokens_per_doc: int | None = None,
-                 direction: str = "right") -> ScoreResult:
-    body = call.body
-    query = body.str("query")
+async def _score(call: Call[Any], query: str, texts: list[str], *, raw: bool = False,
+                 max_tokens_per_doc: int | None = None, direction: str = "right",
+                 truncate: bool | None = None) -> ScoreResult:
     check_chars(call, "query", query)
     check_chars(call, "documents", texts)
-    return await call.infer(call.pipeline(RerankPipeline).plan_rerank, query, texts, raw=raw,
-                            truncate=body.bool("truncate", None), direction=direction,
-                            max_tokens_per_doc=max_tokens_per_doc)
+    return await call.infer(call.pipeline(RerankPipeline).plan_rerank, query, texts, raw=raw, truncate=truncate,
+                            direction=direction, max_tokens_per_doc=max_tokens_per_doc)
 
 
 @routes.post("/v1/rerank")
 @routes.post("/rerank")
 async def rerank(request: web.Request) -> web.Response:
-    call = await begin(request, "rerank")
-    body, model = call.body, call.model
+    call = await begin(request, "rerank", RerankRequest)
+    req, model = call.req, call.model
     max_docs = call.state.config.server.max_rerank_documents
-    if "texts" in body.data and "documents" not in body.data:
+    if req.texts is not None and req.documents is None:
         return await _tei_rerank(call, max_docs)
-    texts, docs = _documents(body, "documents", max_docs)
-    top_n = _top_n(body, len(texts))
-    return_documents = body.bool("return_documents", True)
-    result = await _score(call, texts)
+    texts, docs = _documents(req.documents, req.rank_fields, "documents", max_docs)
+    top_n = _top_n(req.top_n, len(texts))
+    return_documents = req.return_documents is not False
+    result = await _score(call, req.query, texts, truncate=req.truncate)
     results = []
     for i in ranked(result.scores, top_n):
         item: dict[str, Any] = {"index": i}
@@ -105,17 +95,18 @@ async def rerank(request: web.Request) -> web.Response:
                          truncation_headers(result.truncated))
 
 
-async def _tei_rerank(call: Call, max_docs: int) -> web.Response:
-    body = call.body
-    texts = body.str_list("texts")
+async def _tei_rerank(call: Call[RerankRequest], max_docs: int) -> web.Response:
+    req = call.req
+    texts = req.texts or []
     if not texts:
         raise InputError("`texts` cannot be empty", param="texts")
     if len(texts) > max_docs:
         raise PayloadTooLarge(f"`texts` has {len(texts)} documents; at most {max_docs} per request "
                               "(server.max_rerank_documents)", param="texts")
-    direction = truncation_direction(body)
-    return_text = body.bool("return_text", False)
-    result = await _score(call, texts, raw=body.bool("raw_scores", False), direction=direction)
+    direction = truncation_direction(req.truncation_direction)
+    return_text = bool(req.return_text)
+    result = await _score(call, req.query, texts, raw=bool(req.raw_scores), direction=direction,
+                          truncate=req.truncate)
     out = []
     for i in ranked(result.scores):
         item: dict[str, Any] = {"index": i, "score": float(result.scores[i])}
@@ -127,16 +118,14 @@ async def _tei_rerank(call: Call, max_docs: int) -> web.Response:
 
 @routes.post("/v2/rerank")
 async def cohere_v2_rerank(request: web.Request) -> web.Response:
-    call = await begin(request, "rerank")
-    body = call.body
-    texts, docs = _documents(body, "documents", call.state.config.server.max_rerank_documents)
-    top_n = _top_n(body, len(texts))
-    max_tokens = body.int("max_tokens_per_doc", None)
-    if max_tokens is not None and max_tokens < 1:
-        raise InputError(f"`max_tokens_per_doc` must be >= 1, got {max_tokens}", param="max_tokens_per_doc")
-    result = await _score(call, texts, max_tokens_per_doc=max_tokens)
+    call = await begin(request, "rerank", CohereV2RerankRequest)
+    req = call.req
+    texts, docs = _documents(req.documents, req.rank_fields, "documents",
+                             call.state.config.server.max_rerank_documents)
+    top_n = _top_n(req.top_n, len(texts))
+    result = await _score(call, req.query, texts, max_tokens_per_doc=req.max_tokens_per_doc)
     results = [{"index": i, "relevance_score": float(result.scores[i])} for i in ranked(result.scores, top_n)]
-    if body.bool("return_documents", False):  # earlier v2 clients
+    if req.return_documents:  # earlier v2 clients
         for r in results:
             r["document"] = _echo(docs[r["index"]])
     meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": 1},
@@ -151,11 +140,14 @@ SCORE_KEYS = (("text_1", "text_2"), ("queries", "documents"), ("queries", "items
 @routes.post("/v1/score")
 @routes.post("/score")
 async def vllm_score(request: web.Request) -> web.Response:
-    call = await begin(request, "rerank")
-    body, model, limit = call.body, call.model, call.state.config.server.max_rerank_documents
-    left_key, right_key = next((k for k in SCORE_KEYS if k[0] in body.data), SCORE_KEYS[0])
-    left = body.str_list(left_key, allow_str=True)
-    right = body.str_list(right_key, allow_str=True)
+    call = await begin(request, "rerank", ScoreRequest)
+    req, model, limit = call.req, call.model, call.state.config.server.max_rerank_documents
+    left_key, right_key = next((k for k in SCORE_KEYS if getattr(req, k[0]) is not None and
+                                getattr(req, k[1]) is not None), SCORE_KEYS[0])
+    left, right = getattr(req, left_key), getattr(req, right_key)
+    for key, value in ((left_key, left), (right_key, right)):
+        if value is None:
+            raise RequestValidationError(f"`{key}` is required", param=key)
     lefts = [left] if isinstance(left, str) else left
     rights = [right] if isinstance(right, str) else right
     if not lefts or not rights:
@@ -169,8 +161,8 @@ async def vllm_score(request: web.Request) -> web.Response:
         raise PayloadTooLarge(f"`{right_key}` has {len(rights)} texts; at most {limit} per request", param=right_key)
     check_chars(call, left_key, lefts)
     check_chars(call, right_key, rights)
-    result = await call.infer(call.pipeline(RerankPipeline).plan_pairs, lefts, rights,
-                              truncate=body.bool("truncate", None), param=right_key)
+    result = await call.infer(call.pipeline(RerankPipeline).plan_pairs, lefts, rights, truncate=req.truncate,
+                              param=right_key)
     data = [{"index": i, "object": "score", "score": float(s)} for i, s in enumerate(result.scores)]
     return json_response({"id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
                           "model": model.name, "data": data,

@@ -13,9 +13,9 @@ from ...engine.model import LoadedModel
 from ...errors import InputError, ModelNotFound
 from ...pipelines.tensor import TensorPipeline, TensorResult, datatype_of, kserve_shape
 from ..kserve import codec
-from ..request import json_body
+from ..schemas import InferstackRequest
 from ..state import STATE, ServerState
-from .common import json_response
+from .common import decode, json_response
 
 routes = web.RouteTableDef()
 BENCH = {"/infer": lambda texts: {"input": [[0.0, 0.0, 0.0, 0.0]] * max(len(texts), 1)}}
@@ -138,31 +138,26 @@ def _array(name: str, dtype: str, value: Any) -> Any:
     return arr
 
 
-async def _inferstack_model(request: web.Request) -> tuple[ServerState, dict[str, Any], LoadedModel,
+async def _inferstack_model(request: web.Request) -> tuple[ServerState, InferstackRequest, LoadedModel,
                                                               TensorPipeline]:
     state = request.app[STATE]
-    body = await json_body(request)
-    name = body.get("model")
-    version = body.get("model_version")
-    if name is not None and not isinstance(name, str):
-        raise InputError("`model` must be a string", param="model")
-    if version is not None and not isinstance(version, (str, int)):
-        raise InputError("`model_version` must be a string", param="model_version")
-    m = model_of(state, name, str(version) if version is not None else None)
+    req = decode(await request.read(), InferstackRequest)
+    version = req.model_version
+    m = model_of(state, req.model, str(version) if version is not None else None)
     pipe = state.pipelines[m.key]
     assert isinstance(pipe, TensorPipeline)
-    return state, body, m, pipe
+    return state, req, m, pipe
 
 
 @routes.post("/infer")
 async def inferstack_infer(request: web.Request) -> web.Response:
     """inferstack-rs: `{"input": [[...]]}` (the first input) or `{"inputs": {"NAME": [...]}}`."""
-    state, body, m, pipe = await _inferstack_model(request)
-    if ("input" in body) == ("inputs" in body):
+    state, req, m, pipe = await _inferstack_model(request)
+    if (req.input is None) == (req.inputs is None):
         raise InputError("provide exactly one of `input` or `inputs`", param="input")
-    if "inputs" in body:
-        named = body["inputs"]
-        if not isinstance(named, dict) or not named:
+    if req.inputs is not None:
+        named = req.inputs
+        if not named:
             raise InputError("`inputs` must be an object of tensors by input name", param="inputs")
         tensors = {}
         for k, v in named.items():
@@ -171,7 +166,7 @@ async def inferstack_infer(request: web.Request) -> web.Response:
                 raise InputError(f"unknown input '{k}'; the model's inputs are {pipe.signature()}", param=k)
             tensors[k] = _array(k, info.dtype, v)
     else:
-        tensors = _legacy_tensor(pipe, body["input"], "input")
+        tensors = _legacy_tensor(pipe, req.input, "input")
     result = await infer(state, m, tensors)
     outputs = _named(result)
     return json_response({"output": next(iter(outputs.values())), "outputs": outputs,
@@ -181,9 +176,9 @@ async def inferstack_infer(request: web.Request) -> web.Response:
 @routes.post("/batch")
 async def inferstack_batch(request: web.Request) -> web.Response:
     """inferstack-rs: every item of `input` is one row of the batch; the answer has one entry per item."""
-    state, body, m, pipe = await _inferstack_model(request)
-    items = body.get("input")
-    if not isinstance(items, list) or not items:
+    state, req, m, pipe = await _inferstack_model(request)
+    items = req.input
+    if not items:
         raise InputError("`input` must be a non-empty list of items", param="input")
     if pipe.max_batch_size == 0:
         raise InputError(f"model '{m.name}' has no batch dimension (max_batch_size: 0); use /infer", param="input")

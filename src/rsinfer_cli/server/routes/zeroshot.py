@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from ...errors import InputError
 from ...pipelines.pii import check_threshold
 from ...pipelines.zeroshot import ZeroShotPipeline, assertion_for
 from ..errors import RequestValidationError
+from ..schemas import TrueFalseRequest, ZeroShotRequest
 from .common import Call, begin, check_chars, check_count, json_response, usage
 
 routes = web.RouteTableDef()
@@ -20,8 +23,7 @@ BENCH = {
 }
 
 
-def _input(call: Call) -> tuple[list[str], bool]:
-    value = call.body.str_list("input", allow_str=True)
+def _input(call: Call[Any], value: str | list[str]) -> tuple[list[str], bool]:
     if isinstance(value, str):
         check_chars(call, "input", value)
         return [value], True
@@ -35,10 +37,10 @@ def _input(call: Call) -> tuple[list[str], bool]:
 @routes.post("/classify/zero-shot")
 @routes.post("/v1/classify/zero-shot")
 async def zero_shot(request: web.Request) -> web.Response:
-    call = await begin(request, "zeroshot")
-    state, body, model = call.state, call.body, call.model
-    texts, single = _input(call)
-    labels = body.str_list("candidate_labels")
+    call = await begin(request, "zeroshot", ZeroShotRequest)
+    state, req, model = call.state, call.req, call.model
+    texts, single = _input(call, req.input)
+    labels = req.candidate_labels
     if not labels:
         raise InputError("`candidate_labels` is empty", param="candidate_labels")
     limit = state.config.server.max_candidate_labels
@@ -50,12 +52,12 @@ async def zero_shot(request: web.Request) -> web.Response:
             raise InputError(f"`candidate_labels[{i}]` is blank", param=f"candidate_labels[{i}]")
     if len(set(labels)) != len(labels):
         raise InputError("`candidate_labels` has duplicates", param="candidate_labels")
-    template = body.str("hypothesis_template", None)
+    template = req.hypothesis_template
     if template is not None and "{label}" not in template and "{}" not in template:
         raise InputError("`hypothesis_template` must contain {label} or {}, e.g. \"This text is about {label}.\"",
                          param="hypothesis_template")
-    res = await call.infer(call.pipeline(ZeroShotPipeline).plan_classify, texts, labels,
-                           body.bool("multi_label", False), template, body.bool("truncate", None))
+    res = await call.infer(call.pipeline(ZeroShotPipeline).plan_classify, texts, labels, bool(req.multi_label),
+                           template, req.truncate)
     if single:
         (r,) = res.results
         return json_response({"object": "classification", "model": model.name, "labels": r.labels,
@@ -68,18 +70,18 @@ async def zero_shot(request: web.Request) -> web.Response:
 @routes.post("/classify/true-false")
 @routes.post("/v1/classify/true-false")
 async def true_false(request: web.Request) -> web.Response:
-    call = await begin(request, "zeroshot")
-    body, model = call.body, call.model
-    texts, single = _input(call)
-    question, given = body.str("question", None), body.str("assertion", None)
+    tcall = await begin(request, "zeroshot", TrueFalseRequest)
+    req, model = tcall.req, tcall.model
+    texts, single = _input(tcall, req.input)
+    question, given = req.question, req.assertion
     if question is None and given is None:
         raise RequestValidationError("`question` or `assertion` is required", param="question")
-    check_chars(call, "question" if given is None else "assertion", given if given is not None else question)
+    check_chars(tcall, "question" if given is None else "assertion", given if given is not None else question)
     assertion = assertion_for(question, given)
-    threshold = body.number("threshold", 0.5)
+    threshold = 0.5 if req.threshold is None else req.threshold
     check_threshold(threshold)
-    tf = await call.infer(call.pipeline(ZeroShotPipeline).plan_true_false, texts, assertion, threshold,
-                          body.bool("truncate", None))
+    tf = await tcall.infer(tcall.pipeline(ZeroShotPipeline).plan_true_false, texts, assertion, threshold,
+                           req.truncate)
     if single:
         return json_response({"object": "classification.true_false", "model": model.name,
                               **tf.results[0].to_json(), "usage": usage(tf.tokens)})
