@@ -117,6 +117,21 @@ class ServeProcess:
         return "".join(self.lines)
 
 
+def forwards(url: str, model: str, version: str = "") -> tuple[float, float]:
+    """(forwards, rows) a model's scheduler has run, read from the server's /metrics."""
+    import re
+
+    import httpx
+
+    text = httpx.get(url + "/metrics").text
+
+    def value(name: str) -> float:
+        m = re.search(rf'^{name}{{model="{model}",version="{version}"}} ([0-9.e+]+)$', text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    return value("rsinfer_batch_rows_count"), value("rsinfer_batch_rows_sum")
+
+
 class RedisServer:
     """A real `redis-server` on a free loopback port (no persistence), that a test can kill and start again."""
 

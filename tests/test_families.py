@@ -5,7 +5,6 @@ built-in families (served kinds, kind-specific config keys, recognising a folder
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +21,7 @@ from rsinfer_cli.errors import ConfigError
 from rsinfer_cli.pipelines.base import RowPipeline, Work
 from rsinfer_cli.server.routes.common import begin, json_response
 
-from serverutil import ServerThread
+from serverutil import ServerThread, forwards
 
 # ---------------------------------------------------------------- the toy family: "add one" over 4-vectors
 
@@ -72,17 +71,6 @@ def toy_config(shared_models, batching: bool):
                                      "batching": {"enabled": batching, "max_rows": 64}}]})
 
 
-def forwards(srv: ServerThread) -> tuple[float, float]:
-    """(forwards, rows) the scheduler of `adder` observed, from /metrics."""
-    text = httpx.get(srv.url + "/metrics").text
-
-    def value(name: str) -> float:
-        m = re.search(rf'^{name}{{model="adder",version=""}} ([0-9.e+]+)$', text, re.M)
-        return float(m.group(1)) if m else 0.0
-
-    return value("rsinfer_batch_rows_count"), value("rsinfer_batch_rows_sum")
-
-
 def test_unknown_until_registered(shared_models):
     with pytest.raises(ConfigError, match="models\\[0\\].kind: must be one of .*got 'toy'"):
         toy_config(shared_models, True)
@@ -102,7 +90,7 @@ def test_toy_family_served_through_the_scheduler(toy, shared_models, batching):
                 return await asyncio.gather(*(c.post("/toy/add-one", json={"rows": r}) for r in requests))
 
         answers = asyncio.run(main())
-        n_forwards, n_rows = forwards(srv)
+        n_forwards, n_rows = forwards(srv.url, "adder")
     for rows, resp in zip(requests, answers, strict=True):
         assert resp.status_code == 200, resp.text
         assert resp.json()["rows"] == (np.asarray(rows, dtype=np.float32) + 1).tolist()  # each caller's own rows

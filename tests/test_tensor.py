@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,7 @@ from onnx import TensorProto, helper
 from rsinfer_cli.config import parse_config
 from rsinfer_cli.errors import ConfigError
 
-from serverutil import ServerThread
+from serverutil import ServerThread, forwards
 
 pytestmark = pytest.mark.shared
 
@@ -277,20 +276,10 @@ def test_grpc_stream_answers_in_order_and_survives_a_bad_request(grpc_client):
     assert got[2][1] is None and got[2][0].as_numpy("OUTPUT0").tolist() == [[3.0] * 4]
 
 
-def forwards(server, model: str, version: str = "") -> tuple[float, float]:
-    text = httpx.get(server.url + "/metrics").text
-
-    def value(name: str) -> float:
-        m = re.search(rf'^{name}{{model="{model}",version="{version}"}} ([0-9.e+]+)$', text, re.M)
-        return float(m.group(1)) if m else 0.0
-
-    return value("rsinfer_batch_rows_count"), value("rsinfer_batch_rows_sum")
-
-
 def test_concurrent_requests_are_batched_and_each_gets_its_rows(server):
     """64 concurrent [1,4] requests on one replica with max_batch_size 64: rows of several requests share
     forwards, and every caller gets exactly its own row back."""
-    before = forwards(server, "solo")
+    before = forwards(server.url, "solo")
 
     async def main():
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as c:
@@ -300,7 +289,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_rows(server):
     answers = asyncio.run(main())
     for k, r in enumerate(answers):
         assert r.json()["outputs"][0]["data"] == [k + 1.0, k + 1.25, 1.0 - k, 2.0 * k + 1]
-    after = forwards(server, "solo")
+    after = forwards(server.url, "solo")
     n_forwards, n_rows = after[0] - before[0], after[1] - before[1]
     assert n_rows == 64 and n_forwards < 64
 
@@ -329,7 +318,7 @@ def test_weighted_versions_and_named_versions(server, http):
     models = {m["id"]: m for m in httpx.get(server.url + "/v1/models").json()["data"]}
     assert [v["version"] for v in models["adder"]["versions"]] == ["1", "2"]
     assert [v["weight"] for v in models["adder"]["versions"]] == [70, 30]
-    assert forwards(server, "adder", "2")[0] > 0  # per-version metrics
+    assert forwards(server.url, "adder", "2")[0] > 0  # per-version metrics
 
 
 def test_inferstack_routes(server):
