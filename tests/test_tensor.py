@@ -386,3 +386,18 @@ def test_max_batch_size_needs_a_batch_dimension(tmp_path):
                                     "max_batch_size": 4, "replicas": 1}]})
     with pytest.raises(ModelLoadError, match="without a variable batch dimension 0; set max_batch_size: 0"):
         create_app(cfg, Registry.load(cfg))
+
+
+def test_one_shot_commands_take_a_versioned_models_default_version(shared_models, tmp_path):
+    import subprocess
+    import sys
+
+    tm = shared_models / "tensor-models"
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text(f"models:\n  - name: adder\n    kind: tensor\n    default_version: '2'\n    versions:\n"
+                   f"      - {{version: '1', path: '{tm / 'add_one'}'}}\n"
+                   f"      - {{version: '2', path: '{tm / 'add_sub'}'}}\n")
+    proc = subprocess.run([sys.executable, "-m", "rsinfer_cli", "inspect", "adder", "--config", str(cfg), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [t["name"] for t in json.loads(proc.stdout)["graph"]["inputs"]] == ["INPUT0", "INPUT1"]  # add_sub: v2

@@ -53,6 +53,9 @@ def model_from_options(*, name: str | None, config: Path | None, path: Path | No
             model = cfg.models[0]
         else:
             model = cfg.model(name)
+        if model.versions:  # a versioned model: its default version, else the last listed
+            configs = {vc.version: vc for vc in model.version_configs()}
+            model = configs.get(model.default_version or "", list(configs.values())[-1])
         if replicas is not None:
             model = dataclasses.replace(model, replicas=replicas)
         return model, cfg.server
