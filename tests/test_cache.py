@@ -182,3 +182,15 @@ def test_cache_block_errors_name_the_key_path():
     msg = str(info.value)
     assert "server.cache.backend: must be one of memory, redis, got 'redsi' (did you mean 'redis'?)" in msg
     assert "server.cache.max_mb: must be > 0" in msg and "server.cache.ttl: unknown key (did you mean 'ttl_s'?)" in msg
+
+
+def test_a_row_repeated_within_a_request_runs_once(shared_models, registry):
+    with ServerThread(config(shared_models, backend="memory"), registry) as srv, httpx.Client(base_url=srv.url) as c:
+        r = post(c, "/v1/embeddings", {"model": "mini", "input": ["same text", "other", "same text"],
+                                       "encoding_format": "float"})
+        vectors = [d["embedding"] for d in r.json()["data"]]
+        assert vectors[0] == vectors[2] and vectors[0] != vectors[1]
+        from serverutil import forwards
+
+        rows = forwards(srv.url, "mini")[1]
+        assert rows == 2  # two distinct rows went through the forwards, not three

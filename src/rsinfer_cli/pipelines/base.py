@@ -109,7 +109,7 @@ class RowPipeline:
                                max_tokens=self.max_tokens, max_padding=self.max_padding)
             return work.finish(outputs)
         keys = self.row_keys(work)
-        split = Cached(work, cache.get_many(keys))
+        split = Cached(work, cache.get_many(keys), keys)
         outs = run_rows(runner or self.runner(), split.rows, split.costs, max_rows=self.max_rows,
                         max_tokens=self.max_tokens, max_padding=self.max_padding) if split.missing else []
         cache.set_many(split.entries(keys, outs))
@@ -153,27 +153,40 @@ def graph_digest(model: LoadedModel) -> str:
 
 
 class Cached:
-    """A work's rows split by the cache: the missing ones to run, and how to put the answer back together."""
+    """A work's rows split by the cache: the missing ones to run (a row repeated within the request runs once),
+    and how to put the answer back together."""
 
-    def __init__(self, work: Work[Any], found: Sequence[bytes | None]) -> None:
+    def __init__(self, work: Work[Any], found: Sequence[bytes | None], keys: Sequence[bytes]) -> None:
         self.outputs: list[Any] = []
         for raw in found:
             try:
                 self.outputs.append(decode_value(raw) if raw is not None else None)
             except (ValueError, struct.error):
                 self.outputs.append(None)  # an unreadable entry is a miss
-        self.missing = [i for i, o in enumerate(self.outputs) if o is None]
+        first: dict[bytes, int] = {}
+        self.copies: dict[int, list[int]] = {}   # a row to run → the other positions with the same key
+        self.misses = 0
+        for i, out in enumerate(self.outputs):
+            if out is None:
+                self.misses += 1
+                if keys[i] in first:
+                    self.copies.setdefault(first[keys[i]], []).append(i)
+                else:
+                    first[keys[i]] = i
+        self.missing = list(first.values())
         self.rows = [work.rows[i] for i in self.missing]
         self.costs = [work.costs[i] for i in self.missing]
 
     @property
     def status(self) -> str:
-        return "miss" if len(self.missing) == len(self.outputs) else "partial" if self.missing else "hit"
+        return "miss" if self.misses == len(self.outputs) else "partial" if self.misses else "hit"
 
     def merge(self, outs: Sequence[Any]) -> list[Any]:
         merged = list(self.outputs)
         for i, out in zip(self.missing, outs, strict=True):
             merged[i] = out
+            for j in self.copies.get(i, ()):
+                merged[j] = out
         return merged
 
     def entries(self, keys: Sequence[bytes], outs: Sequence[Any]) -> list[tuple[bytes, bytes]]:

@@ -79,9 +79,9 @@ class ServerState:
             return work, pipe.row_keys(work)
 
         work, keys = await loop.run_in_executor(self.prep_executor, keyed)
-        split = Cached(work, await cache.aget_many(keys))
+        split = Cached(work, await cache.aget_many(keys), keys)
         CACHE_STATUS.set(split.status)
-        self.metrics.cache_lookup(model.name, len(work.rows) - len(split.missing), len(split.missing))
+        self.metrics.cache_lookup(model.name, len(work.rows) - split.misses, split.misses)
         if not split.missing:
             result = await loop.run_in_executor(self.prep_executor, work.finish, split.outputs)
         else:
