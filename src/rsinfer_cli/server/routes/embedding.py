@@ -17,6 +17,7 @@ from ..schemas import (
     CohereEmbedRequest,
     DecodeRequest,
     EmbeddingsRequest,
+    SentencePair,
     SimilarityRequest,
     TeiEmbedRequest,
     TokenizeRequest,
@@ -148,12 +149,18 @@ async def tei_decode(request: web.Request) -> web.Response:
 async def tei_similarity(request: web.Request) -> web.Response:
     """TEI / sentence-transformers: cosine similarity of `source_sentence` to each of `sentences`."""
     call = await begin(request, "embedding", SimilarityRequest, named=False)
-    req, pipe = call.req, call.pipeline(EmbeddingPipeline)
-    source, sentences = req.inputs.source_sentence, req.inputs.sentences
+    return await similarity(call, call.req.inputs)
+
+
+async def similarity(call: Call[Any], pair: SentencePair) -> web.Response:
+    """Cosine similarity of `source_sentence` to each of `sentences` (TEI's /similarity, and Hugging Face's
+    sentence-similarity task on an embedding model)."""
+    source, sentences = pair.source_sentence, pair.sentences
     if not sentences:
         raise InputError("`inputs.sentences` is empty", param="inputs.sentences")
     check_count(call, "inputs.sentences", len(sentences) + 1)
     check_chars(call, "inputs.sentences", [source, *sentences])
-    result = await call.infer(pipe.plan, [source, *sentences], None, normalize=True, param="inputs")
+    result = await call.infer(call.pipeline(EmbeddingPipeline).plan, [source, *sentences], None, normalize=True,
+                              param="inputs")
     v = result.vectors
     return json_response([float(x) for x in v[1:] @ v[0]], truncation_headers(result.truncated))

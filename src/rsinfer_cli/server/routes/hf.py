@@ -14,8 +14,6 @@ the one model of a single-model config (TEI's rule).
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from ...errors import InputError
@@ -28,16 +26,9 @@ from ..request import text_or_token_input
 from ..schemas import HfRequest, SentencePair
 from ..state import STATE
 from .common import Call, check_chars, check_count, decode, json_response, truncation_headers
+from .embedding import similarity
 
 routes = web.RouteTableDef()
-
-
-def _pair_inputs(value: Any) -> tuple[str, list[str]] | None:
-    if isinstance(value, SentencePair):
-        if not value.sentences:
-            raise InputError("`inputs.sentences` is empty", param="inputs.sentences")
-        return value.source_sentence, value.sentences
-    return None
 
 
 async def _answer(request: web.Request, name: str) -> web.Response:
@@ -52,16 +43,10 @@ async def _answer(request: web.Request, name: str) -> web.Response:
     req = call.req
     inputs = req.inputs
     params = req.parameters or {}
-    pair = _pair_inputs(inputs)
     if kind == "embedding":
+        if isinstance(inputs, SentencePair):  # sentence-similarity
+            return await similarity(call, inputs)
         pipe = call.pipeline(EmbeddingPipeline)
-        if pair is not None:  # sentence-similarity
-            source, sentences = pair
-            check_count(call, "inputs.sentences", len(sentences) + 1)
-            check_chars(call, "inputs", [source, *sentences])
-            res = await call.infer(pipe.plan, [source, *sentences], None, normalize=True, param="inputs")
-            return json_response([float(x) for x in res.vectors[1:] @ res.vectors[0]],
-                                 truncation_headers(res.truncated))
         texts, ids, _ = text_or_token_input(inputs, "inputs")
         check_count(call, "inputs", len(texts or ids or []))
         check_chars(call, "inputs", texts)
@@ -73,10 +58,12 @@ async def _answer(request: web.Request, name: str) -> web.Response:
                                direction=direction.lower(), param="inputs")
         return json_response(res.vectors, truncation_headers(res.truncated))
     if kind == "rerank":
-        if pair is None:
+        if not isinstance(inputs, SentencePair):
             raise RequestValidationError("a rerank model answers sentence-similarity: `inputs` must be "
                                          "{\"source_sentence\", \"sentences\"}", param="inputs")
-        source, sentences = pair
+        source, sentences = inputs.source_sentence, inputs.sentences
+        if not sentences:
+            raise InputError("`inputs.sentences` is empty", param="inputs.sentences")
         check_count(call, "inputs.sentences", len(sentences))
         check_chars(call, "inputs", [source, *sentences])
         scores = await call.infer(call.pipeline(RerankPipeline).plan_rerank, source, sentences)
