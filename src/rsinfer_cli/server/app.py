@@ -23,6 +23,7 @@ from ..pipelines import build_pipeline
 from .errors import RequestTimeout, Unauthorized, response_for, status_for
 from .metrics import Metrics, QueueCollector
 from .routes import hf, ops
+from .schemas import OPS
 from .state import CACHE_STATUS, STATE, ServerState
 
 access_log = logging.getLogger("rsinfer.access")
@@ -31,12 +32,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_ROUTES = frozenset({"/health", "/v2/health/live", "/v2/health/ready", "/openapi.json", "/docs",
                          "/docs/assets"})
 STATIC = Path(__file__).parent / "static" / "swagger-ui"   # Swagger UI 5 (Apache-2.0), served by /docs, no CDN
-KSERVE_PATHS = ("/v2/health", "/v2/models", "/infer", "/batch")
-
-
-def kserve_route(path: str) -> bool:
-    """The tensor routes answer errors in KServe's shape (`/models/{name}` is Hugging Face's, not inferstack's)."""
-    return path.startswith(KSERVE_PATHS) or path in ("/v2", "/models")
+# the routes whose errors take KServe's body: the route table says so, for the document and the server alike
+KSERVE_ROUTES = frozenset(path for op in OPS if op.errors == "kserve" for path in op.paths)
 
 
 def route_label(request: web.Request) -> str:
@@ -81,7 +78,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - this is the mapping point
-        response = response_for(exc, kserve=kserve_route(request.path))
+        response = response_for(exc, kserve=route_label(request) in KSERVE_ROUTES)
         if response.status >= 500:
             log.error("%s %s failed: %s", request.method, route_label(request), exc,
                       exc_info=not isinstance(exc, (web.HTTPException,)) and status_for(exc)[0] == 500)
