@@ -147,6 +147,9 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
         state.cache = open_cache(config.server.cache, metrics)
         cache = state.cache
         metrics.with_cache((lambda: float(cache.bytes)) if isinstance(cache, MemoryCache) else None)
+        for key, m in registry.models.items():  # the graph digests of the cache keys: hashed now, not by the
+            if m.config.cache:                   # first request (nor by two prep threads at once)
+                pipelines[key].identity()
     state.metrics.registry.register(QueueCollector(state.queue_stats))
     app[STATE] = state
     app.add_routes(ops.routes)
