@@ -92,8 +92,8 @@ def from_raw(name: str, datatype: str, shape: list[int], raw: bytes) -> Array:
     if len(raw) != count * dtype.itemsize:
         raise InputError(f"input '{name}' has {len(raw)} bytes of data but shape {shape} of {datatype} needs "
                          f"{count * dtype.itemsize}", param=name)
-    arr = np.frombuffer(raw, dtype=dtype).reshape(shape)
-    return arr.astype(dtype.newbyteorder("="), copy=True)  # native order, writable
+    arr = np.frombuffer(raw, dtype=dtype).reshape(shape)  # a read-only view of the request's bytes: ORT only reads
+    return arr if arr.dtype.isnative else arr.astype(dtype.newbyteorder("="))  # a copy only on big-endian hosts
 
 
 def to_raw(arr: Array) -> bytes:
