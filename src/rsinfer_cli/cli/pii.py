@@ -31,6 +31,15 @@ Examples:
 
 SPANS_KEY = "pii_spans"
 ON_ERROR = ("fail", "skip", "keep")
+# the options `redact` and `detect` share
+INPUT_LINES_OPT = typer.Option(None, "--input", "-i", help="JSONL (or --plain) file; default stdin ('-').")
+PLAIN_OPT = typer.Option(False, "--plain", help="Lines are plain text, not JSONL.")
+THRESHOLD_OPT = typer.Option(None, "--threshold", help="Minimum token probability (model default 0.5).")
+TYPES_OPT = typer.Option(None, "--types", help="Only these entity types, comma-separated.")
+ON_ERROR_OPT = typer.Option("fail", "--on-error", help="A malformed line (not JSON, not an object): fail, skip "
+                            "(named on stderr) or keep (every line as read, blank ones too).")
+ALLOW_MISSING_OPT = typer.Option(False, "--allow-missing", help="A record may lack a --field or hold a non-string "
+                                 "there (passed through unchanged); else an error naming the line.")
 
 
 @dataclass
@@ -184,20 +193,18 @@ def _run(*, redacting: bool, input_: Path | None, fields: list[str], plain: bool
 
 
 def redact_cmd(
-    input_: Path = typer.Option(None, "--input", "-i", help="JSONL (or --plain) file; default stdin ('-')."),
+    input_: Path = INPUT_LINES_OPT,
     fields: list[str] = typer.Option(None, "--field", "-f", help="Field to redact (dotted path; repeatable)."),
-    plain: bool = typer.Option(False, "--plain", help="Lines are plain text, not JSONL."),
+    plain: bool = PLAIN_OPT,
     mode: str = typer.Option("mask", "--mode", help="mask, remove, replace (<TYPE>) or hash (salted sha256)."),
     mask_char: str = typer.Option("*", "--mask-char", help="The character that replaces each masked one."),
     replacement: str = typer.Option(None, "--replacement", help="Template for --mode replace, e.g. '[{type}]'."),
-    threshold: float = typer.Option(None, "--threshold", help="Minimum token probability (model default 0.5)."),
-    types: str = typer.Option(None, "--types", help="Only these entity types, comma-separated."),
+    threshold: float = THRESHOLD_OPT,
+    types: str = TYPES_OPT,
     spans: bool = typer.Option(False, "--spans", help=f"Add the redacted spans under `{SPANS_KEY}`: type, score, "
                                "offsets and replacement, never the removed value."),
-    on_error: str = typer.Option("fail", "--on-error", help="A malformed line (not JSON, not an object): fail, "
-                                 "skip (named on stderr) or keep (every line as read, blank ones too)."),
-    allow_missing: bool = typer.Option(False, "--allow-missing", help="A record may lack a --field or hold a "
-                                       "non-string there (passed through unchanged); else an error naming the line."),
+    on_error: str = ON_ERROR_OPT,
+    allow_missing: bool = ALLOW_MISSING_OPT,
     hash_salt: str = typer.Option(None, "--hash-salt", envvar="RSINFER_PII_HASH_SALT", show_envvar=False,
                                   help="Salt for --mode hash (also $RSINFER_PII_HASH_SALT)."),
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines redacted together (memory stays bounded)."),
@@ -216,15 +223,13 @@ def redact_cmd(
 
 
 def detect_cmd(
-    input_: Path = typer.Option(None, "--input", "-i", help="JSONL (or --plain) file; default stdin ('-')."),
+    input_: Path = INPUT_LINES_OPT,
     fields: list[str] = typer.Option(None, "--field", "-f", help="Field to scan (dotted path; repeatable)."),
-    plain: bool = typer.Option(False, "--plain", help="Lines are plain text, not JSONL."),
-    threshold: float = typer.Option(None, "--threshold", help="Minimum token probability (model default 0.5)."),
-    types: str = typer.Option(None, "--types", help="Only these entity types, comma-separated."),
-    on_error: str = typer.Option("fail", "--on-error", help="A malformed line (not JSON, not an object): fail, "
-                                 "skip (named on stderr) or keep (every line as read, blank ones too)."),
-    allow_missing: bool = typer.Option(False, "--allow-missing", help="A record may lack a --field or hold a "
-                                       "non-string there (passed through unchanged); else an error naming the line."),
+    plain: bool = PLAIN_OPT,
+    threshold: float = THRESHOLD_OPT,
+    types: str = TYPES_OPT,
+    on_error: str = ON_ERROR_OPT,
+    allow_missing: bool = ALLOW_MISSING_OPT,
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines scanned together (memory stays bounded)."),
     model: str = MODEL_OPT,
     config: Path = CONFIG_OPT,
