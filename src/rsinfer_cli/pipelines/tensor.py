@@ -50,6 +50,11 @@ def kserve_shape(t: TensorInfo) -> list[int]:
     return [d if isinstance(d, int) and d >= 0 else -1 for d in t.shape]
 
 
+def tensor_metadata(tensors: Sequence[TensorInfo]) -> list[dict[str, Any]]:
+    """KServe's tensor metadata: name, datatype, shape (-1 for a variable dimension)."""
+    return [{"name": t.name, "datatype": datatype_of(t.dtype), "shape": kserve_shape(t)} for t in tensors]
+
+
 @dataclass
 class TensorResult:
     outputs: dict[str, Array]   # by output name, in the graph's order
@@ -83,9 +88,8 @@ class TensorPipeline(RowPipeline):
 
     def describe(self) -> dict[str, Any]:
         g = self.model.graph
-        sig = [{"name": t.name, "datatype": datatype_of(t.dtype), "shape": kserve_shape(t)} for t in g.inputs]
-        outs = [{"name": t.name, "datatype": datatype_of(t.dtype), "shape": kserve_shape(t)} for t in g.outputs]
-        return {"kind": "tensor", "max_batch_size": self.max_batch_size, "inputs": sig, "outputs": outs}
+        return {"kind": "tensor", "max_batch_size": self.max_batch_size, "inputs": tensor_metadata(g.inputs),
+                "outputs": tensor_metadata(g.outputs)}
 
     # ------------------------------------------------------------ validation
 

@@ -13,7 +13,7 @@ import grpc
 import numpy as np
 
 from ...errors import InputError, ModelNotFound, PoolTimeout, RsinferError, Saturated
-from ...pipelines.tensor import TensorPipeline, datatype_of, kserve_shape, numpy_dtype
+from ...pipelines.tensor import TensorPipeline, numpy_dtype, tensor_metadata
 from ..state import ServerState
 from . import codec
 from . import kserve_pb2 as pb
@@ -115,9 +115,8 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             tm = pb.ModelMetadataResponse.TensorMetadata
             return pb.ModelMetadataResponse(
                 name=m.name, versions=self.state.registry.versions(m.name) or ["1"], platform="onnxruntime_onnx",
-                inputs=[tm(name=t.name, datatype=datatype_of(t.dtype), shape=kserve_shape(t)) for t in m.graph.inputs],
-                outputs=[tm(name=t.name, datatype=datatype_of(t.dtype), shape=kserve_shape(t))
-                         for t in m.graph.outputs])
+                inputs=[tm(**t) for t in tensor_metadata(m.graph.inputs)],
+                outputs=[tm(**t) for t in tensor_metadata(m.graph.outputs)])
         return await self._call("ModelMetadata", context, meta)
 
     # ------------------------------------------------------------ inference

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from ...engine.model import LoadedModel
 from ...errors import InputError, ModelNotFound
-from ...pipelines.tensor import TensorPipeline, TensorResult, datatype_of, kserve_shape
+from ...pipelines.tensor import TensorPipeline, TensorResult, datatype_of, kserve_shape, tensor_metadata
 from ..kserve import codec
 from ..schemas import InferstackRequest
 from ..state import STATE, ServerState
@@ -31,9 +31,7 @@ def model_of(state: ServerState, name: str | None, version: str | None) -> Loade
 def metadata(state: ServerState, m: LoadedModel) -> dict[str, Any]:
     g = m.graph
     return {"name": m.name, "versions": state.registry.versions(m.name) or ["1"], "platform": PLATFORM,
-            "inputs": [{"name": t.name, "datatype": datatype_of(t.dtype), "shape": kserve_shape(t)} for t in g.inputs],
-            "outputs": [{"name": t.name, "datatype": datatype_of(t.dtype), "shape": kserve_shape(t)}
-                        for t in g.outputs]}
+            "inputs": tensor_metadata(g.inputs), "outputs": tensor_metadata(g.outputs)}
 
 
 async def infer(state: ServerState, m: LoadedModel, tensors: dict[str, Any],
