@@ -33,8 +33,8 @@ RETRY_AFTER_S = 1.0          # after a Redis failure, requests skip Redis this l
 
 
 class CacheStats(Protocol):
-    def hit(self, model: str, n: int) -> None: ...
-    def miss(self, model: str, n: int) -> None: ...
+    """Where a backend reports a failed round trip (hits and misses are counted by whoever looks rows up)."""
+
     def error(self, backend: str) -> None: ...
 
 

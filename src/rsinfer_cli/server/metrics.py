@@ -75,12 +75,6 @@ class Metrics:
         if misses:
             self.cache_misses.labels(model).inc(misses)
 
-    def hit(self, model: str, n: int) -> None:
-        self.cache_hits.labels(model).inc(n)
-
-    def miss(self, model: str, n: int) -> None:
-        self.cache_misses.labels(model).inc(n)
-
     def error(self, backend: str) -> None:
         self.cache_errors.labels(backend).inc()
 
