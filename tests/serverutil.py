@@ -21,23 +21,86 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# how ServerThread serves: "single" (one process: create_app over the loaded models), or "workers": the
+# multi-process split in one process - an EngineServer on a thread of its own owns the models and their
+# schedulers, and the app is a front end that reaches it over ZeroMQ (ipc://) exactly as a worker process does.
+# conftest sets it per test from the module's SERVE_MODES.
+MODE = "single"
+
+
+class EngineThread:
+    """An EngineServer on its own thread and event loop, bound to an ipc:// socket in `workdir`."""
+
+    def __init__(self, config: Config, registry: Registry, metrics) -> None:
+        import tempfile
+
+        from rsinfer_cli.workers.engine import EngineServer
+
+        self._dir = tempfile.TemporaryDirectory(prefix="rsinfer-engine-")
+        self.address = f"ipc://{self._dir.name}/engine.sock"
+        self.server = EngineServer(config, registry, metrics)
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("engine thread did not start")
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._stop = asyncio.Event()
+        self.server.bind(self.address)
+        self._ready.set()
+        self._loop.run_until_complete(self.server.serve(self._stop))
+        self._loop.close()
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+        self._dir.cleanup()
+
+
 class ServerThread:
     """create_app() served on 127.0.0.1:<free port> from a thread with its own event loop."""
 
-    def __init__(self, config: Config, registry: Registry | None = None, grpc: bool = False) -> None:
+    def __init__(self, config: Config, registry: Registry | None = None, grpc: bool = False,
+                 mode: str | None = None) -> None:
         from rsinfer_cli.server.app import create_app
         from rsinfer_cli.server.state import STATE
 
+        self.mode = mode or MODE
         self.registry = registry or Registry.load(config)
-        self.app = create_app(config, self.registry)
+        self._loop = asyncio.new_event_loop()
+        self.engine: EngineThread | None = None
+        if self.mode == "workers":
+            from rsinfer_cli.server.metrics import Metrics
+            from rsinfer_cli.workers.frontend import connect, frontend_app
+
+            metrics = Metrics()  # one process: the engine's samples and the front end's in one registry
+            self.engine = EngineThread(config, self.registry, metrics)
+            clients, models = self._loop.run_until_complete(connect([(self.engine.address, None)], 30))
+            self.app = frontend_app(config, clients, models, metrics)
+        else:
+            self.app = create_app(config, self.registry)
         self.state = self.app[STATE]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.grpc_url = f"127.0.0.1:{free_port()}" if grpc else None  # KServe v2 gRPC in the same loop
         self._grpc = None
-        self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="server", daemon=True)
+
+    @property
+    def schedulers(self) -> dict:
+        """The models' schedulers, where the forwards run (the engine's in workers mode)."""
+        return self.engine.server.schedulers if self.engine is not None else self.state.schedulers
+
+    @property
+    def pipelines(self) -> dict:
+        """The models' pipelines with their sessions (the engine's in workers mode)."""
+        return self.engine.server.pipelines if self.engine is not None else self.state.pipelines
 
     def _run(self) -> None:
         from aiohttp import web
@@ -67,6 +130,8 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
+        if self.engine is not None:
+            self.engine.close()
 
 
 class ServeProcess:

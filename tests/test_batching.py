@@ -16,6 +16,8 @@ from rsinfer_cli.engine.scheduler import Scheduler
 from rsinfer_cli.errors import InferenceError, PoolTimeout, Saturated
 from rsinfer_cli.pipelines import build_pipeline
 
+SERVE_MODES = ("single", "workers")  # every test here also runs against the front-end/engine split
+
 
 class FakeForward:
     """Records each forward's row lengths; answers each row with the sum of its ids; can hold or fail."""
@@ -338,7 +340,7 @@ def test_request_larger_than_the_queue_takes_the_direct_path(shared_models):
         with httpx.Client(base_url=srv.url, timeout=60) as c:
             big = c.post("/v1/rerank", json={"query": "q", "documents": docs}).json()
             small = c.post("/v1/rerank", json={"query": "q", "documents": docs[:3]}).json()
-        direct = srv.state.pipelines["r"].rerank("q", docs).scores
+        direct = srv.pipelines["r"].rerank("q", docs).scores
     assert {r["index"]: r["relevance_score"] for r in big["results"]} == \
         pytest.approx({i: float(s) for i, s in enumerate(direct)}, abs=1e-6)
     assert len(small["results"]) == 3

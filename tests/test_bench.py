@@ -15,6 +15,8 @@ from rsinfer_cli.errors import ConfigError
 
 from serverutil import ServerThread
 
+SERVE_MODES = ("single", "workers")  # every test here also runs against the front-end/engine split
+
 
 def bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rsinfer_cli", "bench", *args], capture_output=True, text=True,

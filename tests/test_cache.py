@@ -18,6 +18,8 @@ from rsinfer_cli.engine.registry import Registry
 
 from serverutil import ServerThread
 
+SERVE_MODES = ("single", "workers")  # every test here also runs against the front-end/engine split
+
 pytestmark = pytest.mark.shared
 PLANTED = ["john.smith@example.com", "Alex Rivera", "4111 1111 1111 1111"]
 PII_TEXT = f"Write to {PLANTED[0]}, ask for {PLANTED[1]}, card {PLANTED[2]} please"

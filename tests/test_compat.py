@@ -13,12 +13,14 @@ from rsinfer_cli.config import parse_config
 
 from serverutil import ServerThread
 
+SERVE_MODES = ("single", "workers")  # every test here also runs against the front-end/engine split
+
 pytestmark = pytest.mark.shared
 TEXTS = ["where is my parcel", "the cat sat on the mat"]
 
 
 @pytest.fixture(scope="module")
-def server(shared_models):
+def server(shared_models, serve_mode):
     cfg = parse_config({"models": [{"name": "mini", "kind": "embedding",
                                     "path": str(shared_models / "all-minilm-l6-v2"), "replicas": 1}]})
     with ServerThread(cfg) as srv:
@@ -83,7 +85,7 @@ def test_tei_info_tokenize_decode_similarity(server, vectors):
 
 
 @pytest.fixture(scope="module")
-def four(shared_models):
+def four(shared_models, serve_mode):
     cfg = parse_config({"models": [
         {"name": "mini", "kind": "embedding", "path": str(shared_models / "all-minilm-l6-v2"), "replicas": 1},
         {"name": "rr", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"), "replicas": 1},

@@ -23,6 +23,8 @@ from rsinfer_cli.server.routes.common import begin, json_response
 
 from serverutil import ServerThread, forwards
 
+SERVE_MODES = ("single", "workers")  # every test here also runs against the front-end/engine split
+
 # ---------------------------------------------------------------- the toy family: "add one" over 4-vectors
 
 
@@ -82,7 +84,7 @@ def test_toy_family_served_through_the_scheduler(toy, shared_models, batching):
     cfg = toy_config(shared_models, batching)
     requests = [[[float(i), float(i) + 0.5, -1.0, 2.0]] * (1 + i % 3) for i in range(24)]
     with ServerThread(cfg) as srv:
-        scheduler = srv.state.schedulers["adder"]
+        scheduler = srv.schedulers["adder"]
         assert scheduler.batching is batching
 
         async def main():

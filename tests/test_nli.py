@@ -20,6 +20,8 @@ from test_server import assert_error
 
 from serverutil import ServerThread
 
+SERVE_MODES = ("single", "workers")  # every test here also runs against the front-end/engine split
+
 SCORE_ABS = 1e-5   # models README: scores measured <= 6e-6 against the PyTorch pipeline
 
 
@@ -257,7 +259,7 @@ class TestClassifyCli:
 
 
 @pytest.fixture(scope="module")
-def http(shared_models):
+def http(shared_models, serve_mode):
     cfg = parse_config({"server": {"max_candidate_labels": 5}, "models": [
         {"name": "nli", "kind": "zeroshot", "path": str(shared_models / "tiny-nli"), "replicas": 1},
         {"name": "r1", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"), "replicas": 1}]})

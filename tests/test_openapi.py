@@ -19,11 +19,13 @@ from rsinfer_cli.server.openapi import document
 
 from serverutil import ServerThread
 
+SERVE_MODES = ("single", "workers")  # every test here also runs against the front-end/engine split
+
 pytestmark = pytest.mark.shared
 
 
 @pytest.fixture(scope="module")
-def server(shared_models):
+def server(shared_models, serve_mode):
     s = shared_models
     cfg = parse_config({"server": {"max_texts": 64, "max_text_chars": 2000}, "models": [
         {"name": "mini", "kind": "embedding", "path": str(s / "all-minilm-l6-v2"), "replicas": 1},

@@ -21,6 +21,8 @@ from test_server import assert_error
 
 from serverutil import ServerThread
 
+SERVE_MODES = ("single", "workers")  # every test here also runs against the front-end/engine split
+
 PROB_ABS = 1e-4  # models README: measured 3.6e-6 between onnxruntime 1.32 and the 1.22.1 reference
 
 
@@ -349,7 +351,7 @@ class TestRedact:
 
 
 @pytest.fixture(scope="module")
-def pii_server(shared_models):
+def pii_server(shared_models, serve_mode):
     cfg = parse_config({"server": {"pii_hash_salt": "server-salt"}, "models": [
         {"name": "pii", "kind": "pii", "path": str(shared_models / "rampart-pii"), "replicas": 1},
         {"name": "r1", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"), "replicas": 1}]})

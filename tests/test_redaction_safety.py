@@ -14,6 +14,8 @@ from rsinfer_cli.config import parse_config
 
 from serverutil import ServerThread
 
+SERVE_MODES = ("single", "workers")  # every test here also runs against the front-end/engine split
+
 pytestmark = pytest.mark.shared
 PLANTED = ["alex.rivera@example.com", "john.smith@example.com", "123-45-6789", "4111 1111 1111 1111"]
 TEXT = (f"My name is Alex Rivera and my email is {PLANTED[0]}. SSN {PLANTED[2]}, card {PLANTED[3]}; "
@@ -22,7 +24,7 @@ MODES = ["mask", "remove", "replace", "hash"]
 
 
 @pytest.fixture(scope="module")
-def server(shared_models):
+def server(shared_models, serve_mode):
     cfg = parse_config({"server": {"max_text_chars": 5000}, "models": [
         {"name": "pii", "kind": "pii", "path": str(shared_models / "rampart-pii"), "replicas": 1, "default": True},
         {"name": "pii-small", "kind": "pii", "path": str(shared_models / "rampart-pii"), "replicas": 1,

@@ -21,6 +21,8 @@ from test_server import assert_error
 import synth
 from serverutil import ServerThread
 
+SERVE_MODES = ("single", "workers")  # every test here also runs against the front-end/engine split
+
 SCORE_ABS = 1e-5     # scores: measured <= 5.7e-6 against the PyTorch reference (models README)
 LOGIT_ABS = 1e-4     # raw logits reach +-5; the ONNX export itself differs from PyTorch by up to 3.4e-5
 
@@ -219,7 +221,7 @@ class TestRerankCli:
 
 
 @pytest.fixture(scope="module")
-def rerank_server(shared_models):
+def rerank_server(shared_models, serve_mode):
     cfg = parse_config({"server": {"max_rerank_documents": 20}, "models": [
         {"name": "r1", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"), "replicas": 1,
          "default": True},

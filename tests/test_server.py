@@ -18,6 +18,8 @@ from rsinfer_cli.engine.registry import Registry
 
 from serverutil import ServeProcess, ServerThread, free_port
 
+SERVE_MODES = ("single", "workers")  # every test here also runs against the front-end/engine split
+
 pytestmark = pytest.mark.shared
 FP32_COS = 0.9999
 
@@ -39,7 +41,7 @@ def make_config(shared_models, batching: bool = True, **server):
 
 
 def running(srv) -> int:
-    return sum(stats[-1] for stats in srv.state.queue_stats())
+    return sum(s.running for s in srv.schedulers.values())
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,7 @@ def direct_registry(shared_models) -> Registry:
 
 
 @pytest.fixture(scope="module")
-def server(shared_models, registry):
+def server(shared_models, registry, serve_mode):
     with ServerThread(make_config(shared_models), registry) as srv:
         yield srv
 
@@ -203,7 +205,7 @@ class TestLimits:
     def test_request_timeout_408(self, shared_models, registry):
         with ServerThread(make_config(shared_models, request_timeout_ms=50), registry) as srv, \
                 httpx.Client(base_url=srv.url) as c:
-            batcher = srv.state.schedulers["mini"]
+            batcher = srv.schedulers["mini"]
             slow = batcher.forward
 
             def sleepy(*a, **k):
@@ -222,14 +224,14 @@ class TestLimits:
 
     @staticmethod
     def _hold_both_replicas(srv, release: threading.Event):
-        pipe = srv.state.pipelines["mini"]
-        slow = pipe.run
+        scheduler = srv.schedulers["mini"]
+        slow = scheduler.forward
 
         def held(*a, **k):
             release.wait(10)
             return slow(*a, **k)
 
-        pipe.run = held
+        scheduler.forward = held
         threads = [threading.Thread(target=lambda: httpx.post(srv.url + "/v1/embeddings", json={"input": "a"},
                                                               timeout=30)) for _ in range(2)]
         for t in threads:
@@ -251,7 +253,6 @@ class TestLimits:
                 release.set()
                 for t in threads:
                     t.join(30)
-                del srv.state.pipelines["mini"].run
         config = make_config(shared_models, batching=False, max_queue=4, queue_timeout_ms=100)
         with ServerThread(config, direct_registry) as srv:
             release = threading.Event()
@@ -263,7 +264,6 @@ class TestLimits:
                 release.set()
                 for t in threads:
                     t.join(30)
-                del srv.state.pipelines["mini"].run
 
 
 class TestAuth:

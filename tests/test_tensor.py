@@ -19,6 +19,8 @@ from rsinfer_cli.errors import ConfigError
 
 from serverutil import ServerThread, forwards
 
+SERVE_MODES = ("single", "workers")  # every test here also runs against the front-end/engine split
+
 pytestmark = pytest.mark.shared
 
 TRITON = {"BOOL": TensorProto.BOOL, "UINT8": TensorProto.UINT8, "UINT16": TensorProto.UINT16,
@@ -75,7 +77,7 @@ def models(shared_models, tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def server(shared_models, models):
+def server(shared_models, models, serve_mode):
     tm = shared_models / "tensor-models"
     entries = [
         {"name": "add_one", "kind": "tensor", "path": str(tm / "add_one"), "max_batch_size": 8, "replicas": 1},

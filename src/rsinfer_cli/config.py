@@ -72,6 +72,9 @@ class ServerConfig:
     max_candidate_labels: int = _opt(64, gt=0)
     pii_hash_salt: str | None = None
     cache: CacheConfig | None = None                 # null: no cache
+    # front-end processes (HTTP, validation, tokenizing, JSON) beside one engine process per device; 1: one
+    # process does it all; auto (0): a number from the cores and the devices (rsinfer_cli.workers.supervisor)
+    workers: int = _opt(1, ge=0, le=64, auto=0)
 
     @property
     def host(self) -> str:
@@ -226,6 +229,8 @@ def _type_name(value: Any) -> str:
 
 
 def _convert(tp: Any, value: Any, path: str, meta: dict, errs: _Errors) -> Any:
+    if "auto" in meta and value == "auto":   # a number field that also takes `auto`
+        return meta["auto"]
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -259,6 +264,7 @@ def _convert(tp: Any, value: Any, path: str, meta: dict, errs: _Errors) -> Any:
     }[tp]
     if not ok:
         want = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string"}[tp]
+        want += " or 'auto'" if "auto" in meta else ""
         errs.add(path, f"expected {want}, got {_type_name(value)} {value!r}")
         return None
     if tp is float:

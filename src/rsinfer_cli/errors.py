@@ -13,7 +13,8 @@
     │   └── VersionNotFound           model_not_found     the model has no such version
     ├── Saturated                     rate_limit_error    waiter budget of a model exhausted
     ├── PoolTimeout                   timeout_error       waited too long for a session slot
-    └── InferenceError                server_error        the forward failed
+    ├── InferenceError                server_error        the forward failed
+    └── EngineUnavailable             server_error        the engine process is gone (503)
 
 Errors carry structure (`param`, `model`) and say what to do next; status codes live in the
 transports, never here.
@@ -84,4 +85,10 @@ class PoolTimeout(RsinferError):
 
 
 class InferenceError(RsinferError):
+    type = "server_error"
+
+
+class EngineUnavailable(RsinferError):
+    """The engine process that runs this model's forwards exited (multi-process serving)."""
+
     type = "server_error"

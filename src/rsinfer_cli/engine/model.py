@@ -128,7 +128,8 @@ class LoadedModel:
 
     @property
     def replicas(self) -> int:
-        return len(self.sessions)
+        """Its sessions; in a front-end process (which holds none), those its engine process built."""
+        return len(self.sessions) or self.config.replicas
 
     @property
     def hf_config(self) -> dict[str, Any]:

@@ -50,6 +50,37 @@ class Observer(Protocol):
     def waited(self, seconds: float) -> None: ...
 
 
+class Forwarding(Protocol):
+    """A family's pipeline as the scheduler sees it: how rows run and how they may be grouped."""
+
+    max_rows: int
+    max_tokens: int
+    max_padding: int | None
+
+    @property
+    def batching(self) -> bool: ...
+    def forward(self, session: Session, rows: Sequence[Any]) -> list[Any]: ...
+
+
+class ModelQueue(Protocol):
+    """What a server front uses of a model's scheduler: the `Scheduler` itself (one process), or a front-end
+    process's proxy of the one in its engine process (`rsinfer_cli.workers.frontend`)."""
+
+    @property
+    def batching(self) -> bool: ...
+    @property
+    def waiting(self) -> int: ...
+    @property
+    def queued_rows(self) -> int: ...
+    @property
+    def running(self) -> int: ...
+    @property
+    def free(self) -> bool: ...
+    async def run(self, fn: Callable[[Runner], T]) -> T: ...
+    async def submit(self, rows: Sequence[Any], costs: Sequence[int], finish: Callable[[list[Any]], T]) -> T: ...
+    def stop(self) -> None: ...
+
+
 class Cancelled(Exception):
     """Raised in a worker when the request it works for has no caller any more."""
 
@@ -132,6 +163,17 @@ class Scheduler:
         self.queued_rows = 0
         self.running = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def for_model(cls, key: str, sessions: Sequence[Session], pipe: Forwarding, executor: Executor, *,
+                  queue_rows: int, max_queue: int, queue_timeout_ms: int, observer: Observer | None = None,
+                  forward: RowForward | None = None) -> Scheduler:
+        """A model's scheduler with its pipeline's batching settings and the server's admission limits;
+        `forward` replaces the pipeline's (the engine process tags rows with the front end they came from)."""
+        return cls(key, sessions, forward or pipe.forward, executor, batching=pipe.batching,
+                   max_rows=pipe.max_rows, max_tokens=pipe.max_tokens, max_padding=pipe.max_padding,
+                   queue_rows=queue_rows, max_queue=max_queue, queue_timeout_s=queue_timeout_ms / 1000,
+                   observer=observer)
 
     # ------------------------------------------------------------ lifetime and state
 

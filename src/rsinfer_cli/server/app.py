@@ -17,7 +17,7 @@ from aiohttp import web
 from .. import families
 from ..config import Config
 from ..engine.registry import Registry
-from ..engine.scheduler import Scheduler
+from ..engine.scheduler import ModelQueue, Scheduler
 from ..errors import ConfigError
 from ..pipelines import build_pipeline
 from .errors import RequestTimeout, Unauthorized, response_for, status_for
@@ -122,25 +122,26 @@ def check_served(config: Config) -> None:
                           f"remove or comment out {names}")
 
 
-def create_app(config: Config, registry: Registry, metrics: Metrics | None = None) -> web.Application:
+def create_app(config: Config, registry: Registry, metrics: Metrics | None = None,
+               queues: dict[str, ModelQueue] | None = None) -> web.Application:
+    """`queues`: the models' schedulers when they live elsewhere (a front-end process: the engine process runs the
+    forwards); by default each model gets its own `Scheduler` over its sessions here."""
     check_served(config)
     app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
                           middlewares=[observe, errors, guard(config)])
     metrics = metrics or Metrics()
-    replicas = sum(m.replicas for m in registry.models.values())
+    replicas = sum(m.replicas for m in registry.models.values()) if queues is None else 1
     infer = ThreadPoolExecutor(max_workers=max(1, replicas), thread_name_prefix="infer")
     prep = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="prep")
     pipelines = {key: build_pipeline(m, config.server) for key, m in registry.models.items()}
-    schedulers = {
-        key: Scheduler(key, m.sessions, pipelines[key].forward, infer, batching=pipelines[key].batching,
-                       max_rows=pipelines[key].max_rows, max_tokens=pipelines[key].max_tokens,
-                       max_padding=pipelines[key].max_padding, queue_rows=m.config.batching.queue_rows,
-                       max_queue=config.server.max_queue, queue_timeout_s=config.server.queue_timeout_ms / 1000,
-                       observer=metrics.observer(m.name, m.version or ""))
+    schedulers: dict[str, ModelQueue] = queues if queues is not None else {
+        key: Scheduler.for_model(key, m.sessions, pipelines[key], infer, queue_rows=m.config.batching.queue_rows,
+                                 max_queue=config.server.max_queue, queue_timeout_ms=config.server.queue_timeout_ms,
+                                 observer=metrics.observer(m.name, m.version or ""))
         for key, m in registry.models.items()
     }
     state = ServerState(config=config, registry=registry, pipelines=pipelines, schedulers=schedulers,
-                        prep_executor=prep, infer_executor=infer, metrics=metrics)
+                        prep_executor=prep, infer_executor=infer, metrics=metrics, inline_prep=queues is not None)
     if config.server.cache is not None:
         from ..engine.cache import MemoryCache, open_cache
 
@@ -150,7 +151,7 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
         for key, m in registry.models.items():  # the graph digests of the cache keys: hashed now, not by the
             if m.config.cache:                   # first request (nor by two prep threads at once)
                 pipelines[key].identity()
-    state.metrics.registry.register(QueueCollector(state.queue_stats))
+    state.metrics.add_live(QueueCollector(state.queue_stats))
     app[STATE] = state
     app.add_routes(ops.routes)
     for family in families.all_families():

@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from ..errors import (
+    EngineUnavailable,
     InferenceError,
     InputError,
     KindMismatch,
@@ -45,6 +46,7 @@ STATUS: dict[type[BaseException], tuple[int, str]] = {
     RequestTimeout: (408, "timeout_error"),
     Saturated: (429, "rate_limit_error"),
     PoolTimeout: (503, "timeout_error"),
+    EngineUnavailable: (503, "server_error"),
     InferenceError: (500, "server_error"),
     RsinferError: (500, "server_error"),
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -13,6 +14,7 @@ HTTP_BUCKETS = tuple(0.005 * 2**i for i in range(12))          # rs-infer's expo
 STAGE_BUCKETS = tuple(0.0005 * 2**i for i in range(16))         # 0.5 ms … 16 s
 ROW_BUCKETS = tuple(2**i for i in range(11))                    # 1 … 1024 rows
 TOKEN_BUCKETS = tuple(2**i for i in range(4, 18))               # 16 … 131072 padded tokens
+FRONTEND_BUCKETS = (1, 2, 3, 4, 8, 16, 32, 64)
 
 
 class QueueCollector:
@@ -35,13 +37,18 @@ class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
+        # with worker processes every process writes its samples under $PROMETHEUS_MULTIPROC_DIR (set by the
+        # supervisor before any of them imports prometheus_client) and `render` merges them
+        self.multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+        self.live: list[Any] = []   # collectors read at render time in this process (queue numbers)
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("rsinfer_http_requests", "HTTP requests by route and status",
                                 ["route", "status"], registry=r)
         self.duration = Histogram("rsinfer_http_request_duration_seconds", "HTTP request duration",
                                   ["route"], buckets=HTTP_BUCKETS, registry=r)
-        self.in_flight = Gauge("rsinfer_http_requests_in_flight", "HTTP requests being handled", registry=r)
+        self.in_flight = Gauge("rsinfer_http_requests_in_flight", "HTTP requests being handled", registry=r,
+                               multiprocess_mode="livesum")
         self.grpc_requests = Counter("rsinfer_grpc_requests", "KServe v2 gRPC calls by method and status code",
                                      ["method", "code"], registry=r)
         self.grpc_duration = Histogram("rsinfer_grpc_request_duration_seconds", "KServe v2 gRPC call duration",
@@ -56,6 +63,9 @@ class Metrics:
                                     buckets=ROW_BUCKETS, registry=r)
         self.batch_tokens = Histogram("rsinfer_batch_padded_tokens", "Padded tokens per forward", ["model", "version"],
                                       buckets=TOKEN_BUCKETS, registry=r)
+        self.batch_frontends = Histogram("rsinfer_batch_frontends", "Front-end processes whose rows share a forward "
+                                         "(server.workers > 1)", ["model", "version"], buckets=FRONTEND_BUCKETS,
+                                         registry=r)
         self.tokens = Counter("rsinfer_tokens", "Input tokens processed", ["model", "version"], registry=r)
         self.truncated = Counter("rsinfer_truncated_inputs", "Inputs cut at max_len", ["model", "version"],
                                  registry=r)
@@ -66,7 +76,7 @@ class Metrics:
         self.cache_hits = Counter("rsinfer_cache_hits", "Rows answered from the cache", ["model"], registry=r)
         self.cache_misses = Counter("rsinfer_cache_misses", "Rows not in the cache", ["model"], registry=r)
         self.cache_errors = Counter("rsinfer_cache_errors", "Cache round trips that failed", ["backend"], registry=r)
-        if read_bytes is not None:
+        if read_bytes is not None and self.multiprocess_dir is None:  # one front end's cache: not a server's number
             Gauge("rsinfer_cache_bytes", "Bytes held by the memory cache", registry=r).set_function(read_bytes)
 
     def cache_lookup(self, model: str, hits: int, misses: int) -> None:
@@ -89,8 +99,20 @@ class Metrics:
         if timing.truncated:
             self.truncated.labels(model, version).inc(timing.truncated)
 
+    def add_live(self, collector: Any) -> None:
+        self.registry.register(collector)
+        self.live.append(collector)
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        from prometheus_client import multiprocess
+
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged, path=self.multiprocess_dir)
+        for collector in self.live:
+            merged.register(collector)
+        return generate_latest(merged)
 
 
 class ModelObserver:

@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -17,7 +17,7 @@ from ..config import Config
 from ..engine.cache import Cache
 from ..engine.model import LoadedModel
 from ..engine.registry import Registry
-from ..engine.scheduler import Runner, Scheduler
+from ..engine.scheduler import ModelQueue, Runner
 from ..pipelines.base import Cached, RowPipeline, Work
 from .metrics import Metrics
 
@@ -32,13 +32,19 @@ class ServerState:
     config: Config
     registry: Registry
     pipelines: dict[str, RowPipeline]
-    schedulers: dict[str, Scheduler]
+    schedulers: dict[str, ModelQueue]
     prep_executor: ThreadPoolExecutor       # tokenizing for batched requests
     infer_executor: ThreadPoolExecutor      # forwards: one thread per replica
     metrics: Metrics
     started: float = field(default_factory=time.time)
     draining: list[asyncio.Future[Any]] = field(default_factory=list)   # other fronts' drains, awaited at stop
     cache: Cache | None = None
+    # a front-end process (server.workers > 1) tokenizes on its event loop: there the thread hop costs more than a
+    # short request's tokenizing, and the other cores run the other front ends and the engine
+    inline_prep: bool = False
+    unready: Callable[[], str | None] | None = None      # why this server is not ready (front ends: the engine,
+                                                         # another front end), None when it is
+    before_metrics: Callable[[], Awaitable[None]] | None = None   # a front end fetches the engine's queue numbers
 
     async def infer(self, model: LoadedModel, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
         """plan(*args, **kwargs) → Work, its rows run, its answer built. When a replica is free (or batching is off):
@@ -50,8 +56,11 @@ class ServerState:
         if self.cache is not None and model.config.cache:
             return await self._infer_cached(model, pipe, scheduler, plan, args, kwargs)
         if scheduler.batching and not scheduler.free:
-            loop = asyncio.get_running_loop()
-            work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
+            if self.inline_prep:
+                work = plan(*args, **kwargs)
+            else:
+                loop = asyncio.get_running_loop()
+                work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
             result: R = await scheduler.submit(work.rows, work.costs, work.finish)
             timing = work.timing
         else:
@@ -66,7 +75,7 @@ class ServerState:
         self.metrics.observe_request(model.name, model.version or "", timing)
         return result
 
-    async def _infer_cached(self, model: LoadedModel, pipe: RowPipeline, scheduler: Scheduler,
+    async def _infer_cached(self, model: LoadedModel, pipe: RowPipeline, scheduler: ModelQueue,
                             plan: Callable[..., Work[R]], args: Any, kwargs: Any) -> R:
         """Rows already in the cache are not run again: the missing ones go through the scheduler like any other
         rows (batched with other requests'), and the answer is built from all of them in the request's order."""

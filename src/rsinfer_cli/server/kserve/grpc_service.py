@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from ...errors import InputError, ModelNotFound, PoolTimeout, RsinferError, Saturated
+from ...errors import EngineUnavailable, InputError, ModelNotFound, PoolTimeout, RsinferError, Saturated
 from ...pipelines.tensor import TensorPipeline, numpy_dtype, tensor_metadata
 from ..state import ServerState
 from . import codec
@@ -24,6 +24,7 @@ CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (InputError, grpc.StatusCode.INVALID_ARGUMENT),
     (Saturated, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (PoolTimeout, grpc.StatusCode.UNAVAILABLE),
+    (EngineUnavailable, grpc.StatusCode.UNAVAILABLE),
 ]
 # typed `contents` field of each datatype (FP16 and BF16 travel only as raw bytes)
 CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
@@ -93,7 +94,8 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ServerReady(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def ready() -> Any:
-            return pb.ServerReadyResponse(ready=True)
+            unready = self.state.unready
+            return pb.ServerReadyResponse(ready=unready is None or unready() is None)
         return await self._call("ServerReady", context, ready, open_=True)
 
     async def ModelReady(self, request: Any, context: Any) -> Any:  # noqa: N802

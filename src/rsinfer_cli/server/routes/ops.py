@@ -18,7 +18,12 @@ routes = web.RouteTableDef()
 async def health(request: web.Request) -> web.Response:
     """200 once every model is loaded (the listener binds only then); with a cache, whether it answers (a cache
     that is down never makes the server unhealthy: requests are served without it)."""
-    cache = request.app[STATE].cache
+    state = request.app[STATE]
+    why = state.unready() if state.unready is not None else None
+    if why is not None:
+        return web.Response(status=503, body=dumps({"status": "unavailable", "reason": why}),
+                            content_type="application/json")
+    cache = state.cache
     if cache is None:
         return web.Response(body=b'{"status":"ok"}', content_type="application/json")
     return web.Response(body=dumps({"status": "ok", "cache": "ok" if cache.available else "unavailable"}),
@@ -111,5 +116,8 @@ async def docs(request: web.Request) -> web.Response:
 
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
-    m = request.app[STATE].metrics
+    state = request.app[STATE]
+    if state.before_metrics is not None:
+        await state.before_metrics()
+    m = state.metrics
     return web.Response(body=m.render(), headers={"Content-Type": m.content_type})

@@ -51,8 +51,10 @@ async def live(request: web.Request) -> web.Response:
 
 @routes.get("/v2/health/ready")
 async def ready(request: web.Request) -> web.Response:
-    """Ready: every model loaded (the listener binds only then), not draining."""
-    return web.Response(status=200)
+    """Ready: every model loaded (the listener binds only then), and with worker processes, the engine and every
+    front end up."""
+    state = request.app[STATE]
+    return web.Response(status=503 if state.unready is not None and state.unready() is not None else 200)
 
 
 @routes.get("/v2")

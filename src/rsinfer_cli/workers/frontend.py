@@ -1,0 +1,212 @@
+"""The front-end side of multi-process serving: a front end does everything of a request but the forward (HTTP
+and gRPC, validation, tokenizing, cache look-ups, post-processing, JSON) and sends its rows to the engine process
+that owns the model (`engine.py`), over ZeroMQ (`ipc.py`).
+
+`EngineClient` is one front end's connection to one engine; `RemoteQueue` stands where a `Scheduler` stands in a
+single process (`ModelQueue`), so every route, the cache and the metrics work unchanged. A front end learns of a
+dead engine from the kernel (a pidfd that turns readable when the process exits): what waits on it fails at once
+with `EngineUnavailable` (503) and `/health` says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from ..config import Config
+from ..engine.model import LoadedModel
+from ..engine.registry import Registry
+from ..engine.scheduler import ModelQueue, Runner
+from ..errors import EngineUnavailable
+from ..server.metrics import Metrics
+from . import ipc
+
+log = logging.getLogger("rsinfer.server")
+T = TypeVar("T")
+
+
+class EngineClient:
+    def __init__(self, address: str, pid: int | None = None) -> None:
+        self.address = address
+        self.pid = pid
+        self.gone: str | None = None              # why the engine cannot answer any more
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._socket: Any = None
+        self._reader: asyncio.Task[None] | None = None
+        self._pidfd: int | None = None
+
+    async def connect(self, timeout_s: float = 60.0) -> list[LoadedModel]:
+        """Connect, watch the engine process, and fetch its catalog (the models it loaded, without sessions)."""
+        import zmq
+        import zmq.asyncio
+
+        self._context = zmq.asyncio.Context()
+        sock = self._context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self.address)
+        self._socket = sock
+        self._reader = asyncio.ensure_future(self._read())
+        if self.pid is not None:
+            self._watch(self.pid)
+        reply = await asyncio.wait_for(self._ask({"op": "hello"}), timeout_s)
+        models: list[LoadedModel] = pickle.loads(reply["catalog"])  # noqa: S301 - our own engine, at start-up only
+        return models
+
+    def _watch(self, pid: int) -> None:
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError) as exc:  # pidfd needs Linux 5.3; without it a dead engine shows as timeouts
+            log.warning("cannot watch the engine process %d: %s", pid, exc)
+            return
+        asyncio.get_running_loop().add_reader(self._pidfd, self._lost, "the engine process exited")
+
+    def _lost(self, reason: str) -> None:
+        if self.gone is None:
+            log.error("%s: failing %d request(s) waiting on it", reason, len(self._pending))
+        self.gone = reason
+        if self._pidfd is not None:
+            asyncio.get_running_loop().remove_reader(self._pidfd)
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(EngineUnavailable(f"{reason}; retry on another replica"))
+
+    async def _read(self) -> None:
+        sock = self._socket
+        while True:
+            frames = await sock.recv_multipart(copy=False)
+            try:
+                msg = ipc.decode([f.buffer for f in frames])
+            except Exception as exc:  # noqa: BLE001 - logged; the request it answered times out
+                log.error("front end: unreadable reply from the engine: %r", exc)
+                continue
+            fut = self._pending.get(msg.get("id"))
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+
+    async def _ask(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if self.gone is not None:
+            raise EngineUnavailable(f"{self.gone}; retry on another replica")
+        rid = msg["id"] = next(self._ids)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            self._socket.send_multipart(ipc.encode(msg), copy=False)
+            reply = await fut
+        except asyncio.CancelledError:
+            if msg["op"] == "rows" and self.gone is None:  # nobody waits: the engine drops its rows
+                self._socket.send_multipart(ipc.encode({"op": "cancel", "id": rid}))
+            raise
+        finally:
+            self._pending.pop(rid, None)
+        if "error" in reply:
+            raise ipc.error_from_wire(reply["error"])
+        return reply
+
+    async def rows(self, key: str, rows: Sequence[Any], costs: Sequence[int]) -> list[Any]:
+        reply = await self._ask({"op": "rows", "key": key, "rows": list(rows), "costs": list(costs)})
+        outputs: list[Any] = reply["outputs"]
+        return outputs
+
+    async def stats(self) -> list[list[Any]]:
+        reply = await self._ask({"op": "stats"})
+        stats: list[list[Any]] = reply["stats"]
+        return stats
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        if self._pidfd is not None:
+            if self.gone is None:
+                asyncio.get_running_loop().remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self._socket is not None:
+            self._socket.close(0)
+            self._context.term()
+            self._socket = None
+
+
+class RemoteQueue:
+    """A model's scheduler as a front end sees it: rows go to the engine's scheduler, batched there with the rows of
+    every front end; the answer is built here."""
+
+    batching = True     # the engine's scheduler decides (a request runs direct there when batching is off)
+    free = False        # never a one-hop path here: the forward is always in the engine
+
+    def __init__(self, client: EngineClient, key: str) -> None:
+        self.client = client
+        self.key = key
+        self.waiting = 0       # the engine's numbers at the last `refresh`
+        self.queued_rows = 0
+        self.running = 0
+
+    async def submit(self, rows: Sequence[Any], costs: Sequence[int], finish: Callable[[list[Any]], T]) -> T:
+        if not rows:
+            return finish([])
+        return finish(await self.client.rows(self.key, rows, costs))
+
+    async def run(self, fn: Callable[[Runner], T]) -> T:
+        raise RuntimeError("a front end never holds a replica")  # `free` is False: the server submits rows
+
+    def stop(self) -> None:
+        pass
+
+
+async def refresh(queues: dict[str, ModelQueue], clients: Sequence[EngineClient]) -> None:
+    """The engines' queue numbers into their front-end queues (before `/metrics` renders)."""
+    for client in clients:
+        if client.gone is not None:
+            continue
+        for key, waiting, rows, running in await client.stats():
+            q = queues.get(key)
+            if isinstance(q, RemoteQueue):
+                q.waiting, q.queued_rows, q.running = waiting, rows, running
+
+
+async def connect(engines: Sequence[tuple[str, int | None]],
+                  timeout_s: float = 60.0) -> tuple[list[EngineClient], dict[str, tuple[LoadedModel, EngineClient]]]:
+    """A client per engine (address, pid) and every model they loaded, by key, with the engine that runs it."""
+    clients = [EngineClient(address, pid) for address, pid in engines]
+    models: dict[str, tuple[LoadedModel, EngineClient]] = {}
+    for client in clients:
+        for m in await client.connect(timeout_s):
+            models[m.key] = (m, client)
+    return clients, models
+
+
+def frontend_app(config: Config, clients: Sequence[EngineClient], models: dict[str, tuple[LoadedModel, EngineClient]],
+                 metrics: Metrics | None = None, unready: Callable[[], str | None] | None = None) -> web.Application:
+    """The daemon's app over models whose forwards run in engine processes; `unready` adds the supervisor's view
+    (every front end up) to the engines' own."""
+    from ..server.app import create_app
+    from ..server.state import STATE
+
+    registry = Registry({k: m for k, (m, _) in models.items()}, {m.name: m for m in config.models})
+    queues: dict[str, ModelQueue] = {key: RemoteQueue(client, key) for key, (_, client) in models.items()}
+    app = create_app(config, registry, metrics, queues=queues)
+    state = app[STATE]
+
+    def why() -> str | None:
+        gone = next((c.gone for c in clients if c.gone is not None), None)
+        return gone if gone is not None else unready() if unready is not None else None
+
+    async def before_metrics() -> None:
+        await refresh(queues, clients)
+
+    state.unready = why
+    state.before_metrics = before_metrics
+
+    async def close(app: web.Application) -> None:
+        for client in clients:
+            client.close()
+
+    app.on_cleanup.append(close)
+    return app
