@@ -152,8 +152,9 @@ _rsinfer() {
                 --host) return ;;
                 --port) return ;;
                 --log-level) COMPREPLY=($(compgen -W "debug info warning error" -- "$cur")); return ;;
+                --workers) return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --host --port --log-level --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --host --port --log-level --workers --help -h" -- "$cur")) ;;
     esac
 }
 complete -o default -o bashdefault -F _rsinfer rsinfer

@@ -137,13 +137,13 @@ class ServerThread:
 class ServeProcess:
     """`rsinfer serve` as a subprocess; ready when it prints its listening line (bounded wait)."""
 
-    def __init__(self, config_path: Path, port: int, extra_env: dict | None = None) -> None:
+    def __init__(self, config_path: Path, port: int, extra_env: dict | None = None, args: list[str] = ()) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         env = {**os.environ, **(extra_env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(config_path), "--port", str(port),
-             "--host", "127.0.0.1", "--log-level", "info"],
+             "--host", "127.0.0.1", "--log-level", "info", *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -180,6 +180,32 @@ class ServeProcess:
     @property
     def output(self) -> str:
         return "".join(self.lines)
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and every process below it (a multi-process server: the supervisor, its engines and front ends)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def worker_pids(output: str) -> tuple[dict[str, int], list[int]]:
+    """(engine pid by device, front-end pids) from a multi-process server's `processes:` line (the last one)."""
+    import re
+
+    m = re.findall(r"processes: engines ([^;]+); front ends ([0-9, ]+)", output)
+    assert m, output
+    engines, fronts = m[-1]
+    return ({d: int(p) for d, p in (e.split("=") for e in engines.split(", "))},
+            [int(p) for p in fronts.split(", ")])
 
 
 def forwards(url: str, model: str, version: str = "") -> tuple[float, float]:

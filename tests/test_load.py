@@ -14,15 +14,22 @@ import time
 import httpx
 import pytest
 
-from serverutil import ServeProcess, free_port
+from serverutil import ServeProcess, free_port, process_tree
 
 pytestmark = [pytest.mark.shared, pytest.mark.slow]
 WORDS = "the quick brown fox jumps over the lazy dog while the printing press rolls on".split()
 
 
 def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+    """Resident memory of the server: the process and, with worker processes, every one below it."""
+    total = 0.0
+    for p in process_tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+        except (OSError, StopIteration):
+            continue
+    return total
 
 
 def metric(text: str, name: str) -> float:
@@ -30,13 +37,17 @@ def metric(text: str, name: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def serve(tmp_path, shared_models, server: str, batching: str) -> ServeProcess:
+# one process, and front-end processes beside an engine process: both shed, drain and cancel the same way
+WORKERS = pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "workers2"])
+
+
+def serve(tmp_path, shared_models, server: str, batching: str, workers: int = 1) -> ServeProcess:
     port = free_port()
     cfg = tmp_path / "load.yaml"
     cfg.write_text(f"server: {{bind: '127.0.0.1:{port}', {server}}}\nmodels:\n"
                    f"  - {{name: mini, kind: embedding, path: '{shared_models / 'all-minilm-l6-v2'}', replicas: 1, "
                    f"intra_threads: 1, batching: {{{batching}}}}}\n")
-    srv = ServeProcess(cfg, port)
+    srv = ServeProcess(cfg, port, args=["--workers", str(workers)])
     srv.wait_ready()
     return srv
 
@@ -64,9 +75,10 @@ async def hammer(url: str, clients: int, seconds: float, max_requests: int) -> l
     return results
 
 
-def test_overload_is_shed_with_typed_errors(shared_models, tmp_path):
+@WORKERS
+def test_overload_is_shed_with_typed_errors(shared_models, tmp_path, workers):
     srv = serve(tmp_path, shared_models, "max_queue: 4, queue_timeout_ms: 250, request_timeout_ms: 10000",
-                "max_rows: 8, queue_rows: 16")
+                "max_rows: 8, queue_rows: 16", workers)
     try:
         base = rss_mib(srv.proc.pid)
         results = asyncio.run(asyncio.wait_for(hammer(srv.url, clients=64, seconds=4, max_requests=4000), 60))
@@ -86,8 +98,9 @@ def test_overload_is_shed_with_typed_errors(shared_models, tmp_path):
         assert srv.stop() == 0
 
 
-def test_sigterm_lets_every_accepted_request_finish(shared_models, tmp_path):
-    srv = serve(tmp_path, shared_models, "request_timeout_ms: 120000", "max_rows: 16, queue_rows: 8192")
+@WORKERS
+def test_sigterm_lets_every_accepted_request_finish(shared_models, tmp_path, workers):
+    srv = serve(tmp_path, shared_models, "request_timeout_ms: 120000", "max_rows: 16, queue_rows: 8192", workers)
     try:
         texts = [" ".join(WORDS) * 4] * 48
 
@@ -121,16 +134,23 @@ def test_sigterm_lets_every_accepted_request_finish(shared_models, tmp_path):
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (from /proc)."""
+    """User + system CPU time so far of a process and every one below it (from /proc)."""
     import os
 
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in process_tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.parametrize("batching", ["enabled: true", "enabled: false"])
-def test_client_that_gives_up_stops_a_long_document(tmp_path, shared_models, batching):
+@WORKERS
+def test_client_that_gives_up_stops_a_long_document(tmp_path, shared_models, batching, workers):
     """A 2 MB text to /pii/redact is hundreds of forwards. The client gives up after 5 s: within 10 s the server
     is idle again (< 0.25 cores), not busy for minutes with work nobody waits for."""
     port = free_port()
@@ -138,7 +158,7 @@ def test_client_that_gives_up_stops_a_long_document(tmp_path, shared_models, bat
     cfg.write_text(f"server: {{bind: '127.0.0.1:{port}', max_text_chars: 3000000}}\nmodels:\n"
                    f"  - {{name: pii, kind: pii, path: '{shared_models / 'rampart-pii'}', replicas: 2, "
                    f"intra_threads: 1, batching: {{{batching}}}}}\n")
-    srv = ServeProcess(cfg, port)
+    srv = ServeProcess(cfg, port, args=["--workers", str(workers)])
     try:
         srv.wait_ready()
         rng = random.Random(3)
@@ -158,7 +178,8 @@ def test_client_that_gives_up_stops_a_long_document(tmp_path, shared_models, bat
         assert srv.stop() == 0
 
 
-def test_sigterm_drains_accepted_grpc_calls(tmp_path):
+@WORKERS
+def test_sigterm_drains_accepted_grpc_calls(tmp_path, workers):
     """Six gRPC ModelInfer calls queued on one slow replica: SIGTERM lets every one finish, then exit 0."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -179,7 +200,7 @@ def test_sigterm_drains_accepted_grpc_calls(tmp_path):
     cfg = tmp_path / "grpc.yaml"
     cfg.write_text(f"server: {{bind: '127.0.0.1:{port}', grpc_bind: '127.0.0.1:{grpc_port}'}}\nmodels:\n"
                    f"  - {{name: slow, kind: tensor, path: '{tmp_path / 'slow'}', replicas: 1, intra_threads: 1}}\n")
-    srv = ServeProcess(cfg, port)
+    srv = ServeProcess(cfg, port, args=["--workers", str(workers)])
     try:
         srv.wait_ready()
         client = tg.InferenceServerClient(f"127.0.0.1:{grpc_port}")

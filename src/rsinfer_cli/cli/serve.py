@@ -16,6 +16,8 @@ def serve_cmd(
     host: str = typer.Option(None, "--host", help="Address to listen on (overrides server.bind)."),
     port: int = typer.Option(None, "--port", help="Port to listen on (overrides server.bind)."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info (one line per request), warning or error."),
+    workers: str = typer.Option(None, "--workers", help="Front-end processes beside one engine process per device: "
+                                "a number or auto (overrides server.workers; 1: one process)."),
 ) -> None:
     from ..config import load_config
     from ..errors import ConfigError
@@ -29,6 +31,13 @@ def serve_cmd(
     for h in root.handlers:
         h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     cfg = load_config(config)
+    if workers is not None:
+        import dataclasses
+
+        if not (workers == "auto" or (workers.isdigit() and 1 <= int(workers) <= 64)):
+            raise ConfigError(f"--workers must be 1..64 or auto, got '{workers}'")
+        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server,
+                                                                  workers=0 if workers == "auto" else int(workers)))
     from ..server.run import serve
 
     serve(cfg, host, port)

@@ -24,7 +24,7 @@ from .errors import RequestTimeout, Unauthorized, response_for, status_for
 from .metrics import Metrics, QueueCollector
 from .routes import hf, ops
 from .schemas import OPS
-from .state import CACHE_STATUS, STATE, ServerState
+from .state import BODY_BYTES, CACHE_STATUS, STATE, ServerState
 
 access_log = logging.getLogger("rsinfer.access")
 log = logging.getLogger("rsinfer.server")
@@ -50,6 +50,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     metrics = request.app[STATE].metrics
     metrics.in_flight.inc()
     CACHE_STATUS.set(None)  # keep-alive requests share a task: start each one clean
+    BODY_BYTES.set(request.content_length)
     try:
         response = await handler(request)
         status = response.status

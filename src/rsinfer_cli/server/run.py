@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -19,12 +20,16 @@ from .systemd import Notifier
 log = logging.getLogger("rsinfer.server")
 
 
-async def _serve(app: web.Application, host: str, port: int, drain_s: float, notifier: Notifier) -> None:
+async def serve_app(app: web.Application, host: str, port: int, drain_s: float, notifier: Notifier, *,
+                    reuse_port: bool = False, announce: bool = True,
+                    started: Callable[[asyncio.Event], None] | None = None) -> None:
+    """Bind HTTP (and gRPC), serve until SIGTERM/SIGINT (or until `started`'s hook sets the stop event), then
+    drain. `reuse_port`: front-end processes share the listening ports (SO_REUSEPORT)."""
     # handler_cancellation: a client that leaves cancels its handler, and so its queued rows and forwards
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=drain_s,
                            handler_cancellation=True)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024)
+    site = web.TCPSite(runner, host, port, backlog=1024, reuse_port=reuse_port or None)
     try:
         await site.start()
     except OSError as exc:
@@ -40,14 +45,17 @@ async def _serve(app: web.Application, host: str, port: int, drain_s: float, not
         except BaseException:
             await runner.cleanup()
             raise
-    names = ", ".join(f"{n} ({v[0].kind})" for n, v in state.registry.entries.items())
     shown = f"[{host}]" if ":" in host else host
     grpc_note = f" and gRPC on {state.config.server.grpc_bind}" if grpc_server is not None else ""
-    print(f"rsinfer: listening on http://{shown}:{port}{grpc_note} serving {names}", file=sys.stderr, flush=True)
+    if announce:
+        print(f"rsinfer: listening on http://{shown}:{port}{grpc_note} serving {served(state.registry)}",
+              file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if started is not None:
+        started(stop)
     # every model is loaded and checked, and every listening socket is bound: ready
     notifier.ready(f"serving {len(state.registry.entries)} model(s) on {shown}:{port}{grpc_note}")
     watchdog = asyncio.create_task(notifier.watchdog())
@@ -63,8 +71,22 @@ async def _serve(app: web.Application, host: str, port: int, drain_s: float, not
     log.warning("stopped")
 
 
+def served(registry: Registry) -> str:
+    return ", ".join(f"{n} ({v[0].kind})" for n, v in registry.entries.items())
+
+
+def drain_seconds(config: Config) -> float:
+    return config.server.request_timeout_ms / 1000 + 1
+
+
 def serve(config: Config, host: str | None = None, port: int | None = None) -> None:
     check_served(config)
+    if config.server.workers != 1:
+        from ..workers.supervisor import serve_workers, worker_count
+
+        if worker_count(config) > 1:
+            serve_workers(config, host or config.server.host, port or config.server.port)
+            return
     notifier = Notifier()  # systemd's notify protocol when $NOTIFY_SOCKET is set; else nothing
     notifier.status(f"loading {len(config.models)} model(s)")
     registry = Registry.load(config, on_load=lambda where: notifier.status(f"loading {where}"))
@@ -74,7 +96,7 @@ def serve(config: Config, host: str | None = None, port: int | None = None) -> N
     # interval a busy event loop can keep a replica idle that long. 1 ms keeps replicas fed.
     sys.setswitchinterval(0.001)
     try:
-        asyncio.run(_serve(app, host or config.server.host, port or config.server.port,
-                           config.server.request_timeout_ms / 1000 + 1, notifier))
+        asyncio.run(serve_app(app, host or config.server.host, port or config.server.port, drain_seconds(config),
+                              notifier))
     finally:
         notifier.close()

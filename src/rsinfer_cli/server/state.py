@@ -25,6 +25,14 @@ R = TypeVar("R")
 # how the request's rows came out of the row cache (hit | partial | miss); the observe middleware turns it into
 # the `x-rsinfer-cache` header
 CACHE_STATUS: contextvars.ContextVar[str | None] = contextvars.ContextVar("rsinfer_cache_status", default=None)
+# the request body's size (the observe middleware sets it; gRPC leaves it unknown): a front-end process tokenizes
+# and post-processes a request this small on its event loop, where a thread hop would cost more than the work
+BODY_BYTES: contextvars.ContextVar[int | None] = contextvars.ContextVar("rsinfer_body_bytes", default=None)
+INLINE_BYTES = 4096
+
+
+def _same(outputs: list[Any]) -> list[Any]:
+    return outputs
 
 
 @dataclass
@@ -39,8 +47,8 @@ class ServerState:
     started: float = field(default_factory=time.time)
     draining: list[asyncio.Future[Any]] = field(default_factory=list)   # other fronts' drains, awaited at stop
     cache: Cache | None = None
-    # a front-end process (server.workers > 1) tokenizes on its event loop: there the thread hop costs more than a
-    # short request's tokenizing, and the other cores run the other front ends and the engine
+    # a front-end process (server.workers > 1): the forwards run elsewhere, so a small request is tokenized and
+    # answered on the event loop (BODY_BYTES), a large one on the prep pool, never holding the loop for long
     inline_prep: bool = False
     unready: Callable[[], str | None] | None = None      # why this server is not ready (front ends: the engine,
                                                          # another front end), None when it is
@@ -55,13 +63,21 @@ class ServerState:
         scheduler = self.schedulers[model.key]
         if self.cache is not None and model.config.cache:
             return await self._infer_cached(model, pipe, scheduler, plan, args, kwargs)
-        if scheduler.batching and not scheduler.free:
-            if self.inline_prep:
+        if self.inline_prep:
+            body = BODY_BYTES.get()
+            loop = asyncio.get_running_loop()
+            if body is not None and body <= INLINE_BYTES:
                 work = plan(*args, **kwargs)
+                result: R = work.finish(await scheduler.submit(work.rows, work.costs, _same))
             else:
-                loop = asyncio.get_running_loop()
                 work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
-            result: R = await scheduler.submit(work.rows, work.costs, work.finish)
+                outputs = await scheduler.submit(work.rows, work.costs, _same)
+                result = await loop.run_in_executor(self.prep_executor, work.finish, outputs)
+            timing = work.timing
+        elif scheduler.batching and not scheduler.free:
+            loop = asyncio.get_running_loop()
+            work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
+            result = await scheduler.submit(work.rows, work.costs, work.finish)
             timing = work.timing
         else:
             planned: list[Work[R]] = []

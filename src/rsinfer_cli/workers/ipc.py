@@ -38,13 +38,12 @@ def encode(message: Any) -> list[Frame]:
         if isinstance(obj, np.ndarray):
             if obj.dtype == object or obj.dtype.kind in "US":
                 return msgspec.msgpack.Ext(OBJECTS, _meta_enc.encode([list(obj.shape), obj.ravel().tolist()]))
+            shape = list(obj.shape)   # (ascontiguousarray makes a 0-d array 1-d)
+            if obj.nbytes < INLINE_BYTES:
+                return msgspec.msgpack.Ext(ARRAY, _meta_enc.encode([obj.dtype.str, shape, -1, obj.tobytes()]))
             arr = np.ascontiguousarray(obj)
-            if arr.nbytes < INLINE_BYTES:
-                return msgspec.msgpack.Ext(ARRAY, _meta_enc.encode([arr.dtype.str, list(arr.shape), -1,
-                                                                    arr.tobytes()]))
             frames.append(memoryview(arr).cast("B"))
-            return msgspec.msgpack.Ext(ARRAY, _meta_enc.encode([arr.dtype.str, list(arr.shape), len(frames) - 1,
-                                                                b""]))
+            return msgspec.msgpack.Ext(ARRAY, _meta_enc.encode([arr.dtype.str, shape, len(frames) - 1, b""]))
         if isinstance(obj, tuple):
             return list(obj)
         raise TypeError(f"cannot send {type(obj).__name__} between processes")
