@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -42,21 +43,24 @@ class Serve:
         self.proc = subprocess.Popen([sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg),
                                       "--log-level", "warning"], stderr=subprocess.PIPE, text=True, env=env)
         assert self.proc.stderr is not None
+        self.lines: list[str] = []     # its stderr, read on a thread to the end (a full pipe would block it)
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr or ()), daemon=True)
+        self._reader.start()
         deadline = time.monotonic() + 120
-        for line in self.proc.stderr:
-            if "listening on" in line:
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            listening = next((x for x in self.lines if "listening on" in x), None)
+            # with worker processes, ready once it also named them
+            if listening and ("front-end processes" not in listening or any("processes:" in x for x in self.lines)):
                 return
-            if time.monotonic() > deadline:
-                break
+            time.sleep(0.02)
         self.stop()
-        raise RuntimeError("rsinfer serve did not start")
+        raise RuntimeError("rsinfer serve did not start:\n" + "".join(self.lines))
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
         self.proc.wait(60)
-        if self.proc.stderr:
-            self.proc.stderr.close()
+        self._reader.join(10)
 
     def __enter__(self) -> Serve:
         return self

@@ -92,7 +92,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="module", autouse=True)
 def serve_mode(request: pytest.FixtureRequest):
-    """single: the daemon in one process; workers: its front end and engine split, talking over ZeroMQ."""
+    """single: the daemon in one process; workers: its front end and engine split, talking over a Unix socket."""
     import serverutil
 
     mode = getattr(request, "param", "single")

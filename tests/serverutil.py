@@ -23,13 +23,13 @@ def free_port() -> int:
 
 # how ServerThread serves: "single" (one process: create_app over the loaded models), or "workers": the
 # multi-process split in one process - an EngineServer on a thread of its own owns the models and their
-# schedulers, and the app is a front end that reaches it over ZeroMQ (ipc://) exactly as a worker process does.
+# schedulers, and the app is a front end that reaches it over a Unix socket exactly as a worker process does.
 # conftest sets it per test from the module's SERVE_MODES.
 MODE = "single"
 
 
 class EngineThread:
-    """An EngineServer on its own thread and event loop, bound to an ipc:// socket in `workdir`."""
+    """An EngineServer on its own thread and event loop, listening on a Unix socket in a temporary folder."""
 
     def __init__(self, config: Config, registry: Registry, metrics) -> None:
         import tempfile
@@ -37,7 +37,7 @@ class EngineThread:
         from rsinfer_cli.workers.engine import EngineServer
 
         self._dir = tempfile.TemporaryDirectory(prefix="rsinfer-engine-")
-        self.address = f"ipc://{self._dir.name}/engine.sock"
+        self.address = f"{self._dir.name}/engine.sock"
         self.server = EngineServer(config, registry, metrics)
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
@@ -50,9 +50,7 @@ class EngineThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._stop = asyncio.Event()
-        self.server.bind(self.address)
-        self._ready.set()
-        self._loop.run_until_complete(self.server.serve(self._stop))
+        self._loop.run_until_complete(self.server.serve(self.address, self._stop, ready=self._ready.set))
         self._loop.close()
 
     def close(self) -> None:
@@ -80,7 +78,7 @@ class ServerThread:
 
             metrics = Metrics()  # one process: the engine's samples and the front end's in one registry
             self.engine = EngineThread(config, self.registry, metrics)
-            clients, models = self._loop.run_until_complete(connect([(self.engine.address, None)], 30))
+            clients, models = self._loop.run_until_complete(connect([self.engine.address], 30))
             self.app = frontend_app(config, clients, models, metrics)
         else:
             self.app = create_app(config, self.registry)

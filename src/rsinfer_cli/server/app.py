@@ -65,8 +65,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         metrics.in_flight.dec()
         elapsed = time.perf_counter() - t0
         route = route_label(request)
-        metrics.requests.labels(route, str(status)).inc()
-        metrics.duration.labels(route).observe(elapsed)
+        metrics.http(route, status, elapsed)
         if access_log.isEnabledFor(logging.INFO):
             access_log.info("%s %s %s %d %.1fms", request.remote, request.method, route, status, elapsed * 1000)
 

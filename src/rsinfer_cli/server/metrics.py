@@ -41,6 +41,8 @@ class Metrics:
         # supervisor before any of them imports prometheus_client) and `render` merges them
         self.multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
         self.live: list[Any] = []   # collectors read at render time in this process (queue numbers)
+        self._http: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._usage: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("rsinfer_http_requests", "HTTP requests by route and status",
@@ -92,12 +94,27 @@ class Metrics:
         """What a model's scheduler reports to: every forward and every request's wait, batched or not."""
         return ModelObserver(self, model, version)
 
+    def http(self, route: str, status: int, seconds: float) -> None:
+        """One HTTP request's outcome (the labelled children are looked up once per route and status: labels()
+        takes a lock and builds a key on every call, a measurable share of a short request)."""
+        children = self._http.get((route, status))
+        if children is None:
+            children = self._http[(route, status)] = (self.requests.labels(route, str(status)),
+                                                      self.duration.labels(route))
+        children[0].inc()
+        children[1].observe(seconds)
+
     def observe_request(self, model: str, version: str, timing: Any) -> None:
         """One answered request's usage and tokenize time."""
-        self.tokenize.labels(model, version).observe(timing.tokenize_s)
-        self.tokens.labels(model, version).inc(timing.tokens)
+        children = self._usage.get((model, version))
+        if children is None:
+            children = self._usage[(model, version)] = (self.tokenize.labels(model, version),
+                                                        self.tokens.labels(model, version),
+                                                        self.truncated.labels(model, version))
+        children[0].observe(timing.tokenize_s)
+        children[1].inc(timing.tokens)
         if timing.truncated:
-            self.truncated.labels(model, version).inc(timing.truncated)
+            children[2].inc(timing.truncated)
 
     def add_live(self, collector: Any) -> None:
         self.registry.register(collector)

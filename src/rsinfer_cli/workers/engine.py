@@ -2,12 +2,12 @@
 schedulers, and runs the rows that every front-end process sends it, so cross-request batching sees the rows of
 all front ends.
 
-It answers on a ZeroMQ ROUTER socket (`ipc.py` frames). A front end sends
+It listens on a Unix socket (`ipc.py`); each front end holds one connection and sends
 - `hello` → the catalog: each model as loaded (config, resolved files, graph signature, EPs, limits, digest), all
   a front end needs to build the same pipelines without the sessions (pickled once at start-up, never per request);
 - `rows` (id, model key, rows, costs) → the outputs of those rows in order, or the error as `ipc.error_to_wire`;
 - `cancel` (id) → its queued rows are dropped and its direct forwards stop (the client left, or its deadline
-  passed);
+  passed); a front end whose connection closes (it stopped, or died) has all of its requests cancelled so;
 - `stats` (id) → each model's queue depth, rows queued and forwards running, for the front end's `/metrics`.
 """
 
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -60,9 +61,7 @@ class EngineServer:
                 key, m.sessions, pipe, self.executor, queue_rows=m.config.batching.queue_rows,
                 max_queue=config.server.max_queue, queue_timeout_ms=config.server.queue_timeout_ms,
                 observer=metrics.observer(m.name, m.version or ""), forward=self._tagged(pipe, m))
-        self._sources: dict[bytes, int] = {}
-        self._tasks: dict[tuple[bytes, int], asyncio.Task[None]] = {}
-        self._socket: Any = None
+        self._tasks: dict[tuple[ipc.Channel, int], asyncio.Task[None]] = {}
 
     def _tagged(self, pipe: RowPipeline, model: LoadedModel) -> RowForward:
         """The pipeline's forward over rows tagged with the front end each came from; how many front ends shared
@@ -81,83 +80,61 @@ class EngineServer:
 
     # ------------------------------------------------------------ serving
 
-    def bind(self, address: str) -> None:
-        import zmq
-        import zmq.asyncio
-
-        self._context = zmq.asyncio.Context()
-        sock = self._context.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 0)   # a reply to a front end that is gone is dropped, not an error
-        sock.bind(address)
-        self._socket = sock
-
-    async def serve(self, stop: asyncio.Event) -> None:
-        """Answer front ends until `stop` is set; then fail what still waits and release the sessions."""
-        sock = self._socket
-        receiving: asyncio.Task[Any] | None = None
-        stopping = asyncio.ensure_future(stop.wait())
+    async def serve(self, path: str, stop: asyncio.Event, ready: Callable[[], None] | None = None) -> None:
+        """Answer front ends on the Unix socket `path` until `stop` is set; then fail what still waits and release
+        the sessions. `ready()` once the socket listens."""
+        loop = asyncio.get_running_loop()
+        server = await loop.create_unix_server(lambda: ipc.Channel(self._handle, self._lost), path)
+        os.chmod(path, 0o600)
+        if ready is not None:
+            ready()
         try:
-            while True:
-                receiving = asyncio.ensure_future(sock.recv_multipart(copy=False))
-                done, _ = await asyncio.wait({receiving, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if receiving not in done:
-                    break
-                frames = receiving.result()
-                receiving = None
-                self._handle(frames[0].bytes, [f.buffer for f in frames[1:]])
+            await stop.wait()
         finally:
-            for task in (receiving, stopping):
-                if task is not None:
-                    task.cancel()
+            server.close()
             for task in list(self._tasks.values()):
                 task.cancel()
             for s in self.schedulers.values():
                 s.stop()
             self.executor.shutdown(wait=True)
-            sock.close(0)
-            self._context.term()
 
-    def _handle(self, ident: bytes, frames: list[memoryview]) -> None:
-        try:
-            msg = ipc.decode(frames)
-            op = msg["op"]
-        except Exception as exc:  # noqa: BLE001 - a malformed message is logged, never fatal
-            log.error("engine: unreadable message from a front end: %r", exc)
-            return
+    def _lost(self, channel: ipc.Channel) -> None:
+        """A front end went away: nobody waits for its requests any more."""
+        for (owner, _), task in list(self._tasks.items()):
+            if owner is channel:
+                task.cancel()
+
+    def _handle(self, channel: ipc.Channel, msg: Any) -> None:
+        op = msg.get("op") if isinstance(msg, dict) else None
         if op == "rows":
-            key = (ident, msg["id"])
-            task = asyncio.ensure_future(self._rows(ident, msg))
+            key = (channel, msg["id"])
+            task = asyncio.ensure_future(self._rows(channel, msg))
             self._tasks[key] = task
             task.add_done_callback(lambda _t: self._tasks.pop(key, None))
         elif op == "cancel":
-            task = self._tasks.pop((ident, msg["id"]), None)
+            task = self._tasks.pop((channel, msg["id"]), None)
             if task is not None:
                 task.cancel()
         elif op == "stats":
             stats = [[k, s.waiting, s.queued_rows, s.running] for k, s in self.schedulers.items()]
-            self._send(ident, {"id": msg["id"], "stats": stats})
+            channel.send({"id": msg["id"], "stats": stats})
         elif op == "hello":
-            self._send(ident, {"id": msg.get("id", 0), "catalog": self.catalog()})
+            channel.send({"id": msg.get("id", 0), "catalog": self.catalog()})
         else:
             log.error("engine: unknown operation %r", op)
 
-    async def _rows(self, ident: bytes, msg: dict[str, Any]) -> None:
+    async def _rows(self, channel: ipc.Channel, msg: dict[str, Any]) -> None:
         rid = msg["id"]
         try:
             scheduler = self.schedulers[msg["key"]]
-            source = self._sources.setdefault(ident, len(self._sources))
+            source = id(channel)
             outputs = await scheduler.submit([(source, r) for r in msg["rows"]], msg["costs"], _same)
             reply: dict[str, Any] = {"id": rid, "outputs": outputs}
         except asyncio.CancelledError:
             return  # the front end no longer waits for it
         except Exception as exc:  # noqa: BLE001 - handed back to the front end that asked
             reply = {"id": rid, "error": ipc.error_to_wire(exc)}
-        self._send(ident, reply)
-
-    def _send(self, ident: bytes, reply: dict[str, Any]) -> None:
         try:
-            frames = ipc.encode(reply)
-        except TypeError as exc:
-            frames = ipc.encode({"id": reply.get("id"), "error": ipc.error_to_wire(exc)})
-        self._socket.send_multipart([ident, *frames], copy=False)
+            channel.send(reply)
+        except TypeError as exc:   # an output the wire cannot carry: the request's error, not the engine's
+            channel.send({"id": rid, "error": ipc.error_to_wire(exc)})

@@ -1,11 +1,11 @@
 """The front-end side of multi-process serving: a front end does everything of a request but the forward (HTTP
 and gRPC, validation, tokenizing, cache look-ups, post-processing, JSON) and sends its rows to the engine process
-that owns the model (`engine.py`), over ZeroMQ (`ipc.py`).
+that owns the model (`engine.py`) over a Unix socket (`ipc.py`).
 
 `EngineClient` is one front end's connection to one engine; `RemoteQueue` stands where a `Scheduler` stands in a
 single process (`ModelQueue`), so every route, the cache and the metrics work unchanged. A front end learns of a
-dead engine from the kernel (a pidfd that turns readable when the process exits): what waits on it fails at once
-with `EngineUnavailable` (503) and `/health` says so.
+dead engine from the kernel (its end of the socket closes): what waits on it fails at once with
+`EngineUnavailable` (503) and `/health` says so.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 import pickle
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -33,63 +32,36 @@ T = TypeVar("T")
 
 
 class EngineClient:
-    def __init__(self, address: str, pid: int | None = None) -> None:
-        self.address = address
-        self.pid = pid
+    def __init__(self, path: str) -> None:
+        self.path = path
         self.gone: str | None = None              # why the engine cannot answer any more
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self._socket: Any = None
-        self._reader: asyncio.Task[None] | None = None
-        self._pidfd: int | None = None
+        self._channel: ipc.Channel | None = None
 
     async def connect(self, timeout_s: float = 60.0) -> list[LoadedModel]:
-        """Connect, watch the engine process, and fetch its catalog (the models it loaded, without sessions)."""
-        import zmq
-        import zmq.asyncio
-
-        self._context = zmq.asyncio.Context()
-        sock = self._context.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(self.address)
-        self._socket = sock
-        self._reader = asyncio.ensure_future(self._read())
-        if self.pid is not None:
-            self._watch(self.pid)
+        """Connect and fetch the engine's catalog (the models it loaded, without their sessions)."""
+        loop = asyncio.get_running_loop()
+        _, channel = await asyncio.wait_for(
+            loop.create_unix_connection(lambda: ipc.Channel(self._reply, self._lost), self.path), timeout_s)
+        self._channel = channel
         reply = await asyncio.wait_for(self._ask({"op": "hello"}), timeout_s)
         models: list[LoadedModel] = pickle.loads(reply["catalog"])  # noqa: S301 - our own engine, at start-up only
         return models
 
-    def _watch(self, pid: int) -> None:
-        try:
-            self._pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError) as exc:  # pidfd needs Linux 5.3; without it a dead engine shows as timeouts
-            log.warning("cannot watch the engine process %d: %s", pid, exc)
-            return
-        asyncio.get_running_loop().add_reader(self._pidfd, self._lost, "the engine process exited")
+    def _reply(self, _channel: ipc.Channel, msg: Any) -> None:
+        fut = self._pending.get(msg.get("id")) if isinstance(msg, dict) else None
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
 
-    def _lost(self, reason: str) -> None:
-        if self.gone is None:
-            log.error("%s: failing %d request(s) waiting on it", reason, len(self._pending))
-        self.gone = reason
-        if self._pidfd is not None:
-            asyncio.get_running_loop().remove_reader(self._pidfd)
+    def _lost(self, _channel: ipc.Channel) -> None:
+        """The engine's end closed: it stopped or died. What waits on it fails now, with 503."""
+        if self.gone is None and self._channel is not None:
+            self.gone = "the engine process exited"
+            log.error("%s: failing %d request(s) waiting on it", self.gone, len(self._pending))
         for fut in self._pending.values():
             if not fut.done():
-                fut.set_exception(EngineUnavailable(f"{reason}; retry on another replica"))
-
-    async def _read(self) -> None:
-        sock = self._socket
-        while True:
-            frames = await sock.recv_multipart(copy=False)
-            try:
-                msg = ipc.decode([f.buffer for f in frames])
-            except Exception as exc:  # noqa: BLE001 - logged; the request it answered times out
-                log.error("front end: unreadable reply from the engine: %r", exc)
-                continue
-            fut = self._pending.get(msg.get("id"))
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
+                fut.set_exception(EngineUnavailable(f"{self.gone}; retry on another replica"))
 
     async def _ask(self, msg: dict[str, Any]) -> dict[str, Any]:
         if self.gone is not None:
@@ -97,12 +69,13 @@ class EngineClient:
         rid = msg["id"] = next(self._ids)
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
+        assert self._channel is not None
         try:
-            self._socket.send_multipart(ipc.encode(msg), copy=False)
+            self._channel.send(msg)
             reply = await fut
         except asyncio.CancelledError:
             if msg["op"] == "rows" and self.gone is None:  # nobody waits: the engine drops its rows
-                self._socket.send_multipart(ipc.encode({"op": "cancel", "id": rid}))
+                self._channel.send({"op": "cancel", "id": rid})
             raise
         finally:
             self._pending.pop(rid, None)
@@ -121,17 +94,9 @@ class EngineClient:
         return stats
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-        if self._pidfd is not None:
-            if self.gone is None:
-                asyncio.get_running_loop().remove_reader(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
-        if self._socket is not None:
-            self._socket.close(0)
-            self._context.term()
-            self._socket = None
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
 
 
 class RemoteQueue:
@@ -171,10 +136,10 @@ async def refresh(queues: dict[str, ModelQueue], clients: Sequence[EngineClient]
                 q.waiting, q.queued_rows, q.running = waiting, rows, running
 
 
-async def connect(engines: Sequence[tuple[str, int | None]],
+async def connect(engines: Sequence[str],
                   timeout_s: float = 60.0) -> tuple[list[EngineClient], dict[str, tuple[LoadedModel, EngineClient]]]:
-    """A client per engine (address, pid) and every model they loaded, by key, with the engine that runs it."""
-    clients = [EngineClient(address, pid) for address, pid in engines]
+    """A client per engine socket and every model they loaded, by key, with the engine that runs it."""
+    clients = [EngineClient(path) for path in engines]
     models: dict[str, tuple[LoadedModel, EngineClient]] = {}
     for client in clients:
         for m in await client.connect(timeout_s):

@@ -9,7 +9,7 @@
   connections), and drain on SIGTERM as a single process does.
 - **The supervisor** starts them, says READY=1 to systemd once all are up, restarts a front end that dies, and
   stops everything, exiting non-zero, when an engine dies (systemd or Kubernetes starts the server again; a
-  front end answers 503 and fails `/health` from the moment its engine is gone). SIGTERM: front ends drain
+  front end answers 503 and fails `/health` from the moment its engine's socket closes). SIGTERM: front ends drain
   first, then the engines stop. Metrics of every process are merged through prometheus_client's multiprocess
   mode in a private directory.
 
@@ -111,7 +111,6 @@ def engine_main(config: Config, device: str, address: str, conn: Any, level: int
     try:
         registry = Registry.load(_models_of(config, device))
         server = EngineServer(config, registry, Metrics())
-        server.bind(address)
     except Exception as exc:  # noqa: BLE001 - told to the supervisor, which reports it as `serve` does
         conn.send(("error", ipc.error_to_wire(exc)))
         return
@@ -120,13 +119,12 @@ def engine_main(config: Config, device: str, address: str, conn: Any, level: int
     async def run() -> None:
         stop = asyncio.Event()
         _stop_when_readable(conn, stop)
-        conn.send(("ready", None))
-        await server.serve(stop)
+        await server.serve(address, stop, ready=lambda: conn.send(("ready", None)))
 
     asyncio.run(run())
 
 
-def frontend_main(config: Config, index: int, host: str, port: int, engines: list[tuple[str, int]], board: Any,
+def frontend_main(config: Config, index: int, host: str, port: int, engines: list[str], board: Any,
                   conn: Any, level: int) -> None:
     """A front-end process: connect to the engines, bind the shared ports, serve until SIGTERM/SIGINT or the
     supervisor's end, drain."""
@@ -231,7 +229,7 @@ class Supervisor:
 
     def start(self) -> None:
         for device in self.devices:
-            address = f"ipc://{self.runtime}/engine-{device}.sock"
+            address = os.path.join(self.runtime, f"engine-{device}.sock")
             self.engines[device] = self._spawn(engine_main, (self.config, device, address),
                                                f"rsinfer-engine-{device}", address)
         for device, child in self.engines.items():
@@ -241,7 +239,7 @@ class Supervisor:
             self._await_ready(child, f"front end {i}")
 
     def _start_frontend(self, index: int) -> _Child:
-        engines = [(c.address, c.pid) for c in self.engines.values()]
+        engines = [c.address for c in self.engines.values()]
         child = self.frontends[index] = self._spawn(frontend_main, (self.config, index, self.host, self.port, engines,
                                                                     self.board), f"rsinfer-frontend-{index}")
         return child

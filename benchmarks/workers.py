@@ -1,0 +1,162 @@
+"""Front-end worker processes (`server.workers`) against one process and the raw ORT ceiling, in one run.
+
+    .venv/bin/python benchmarks/workers.py [--workers 1 2 4] [--max-seconds 20]   # appends to RESULTS.md
+
+For each worker count: `rsinfer serve` with the batching benchmark's config (MiniLM, a reranker, a PII model;
+two replicas x one intra-op thread each, batching on) and every workload of benchmarks/batching.py, against the
+in-process ceiling of the same texts (tokenizers -> session.run -> pooling in length-sorted batches of the best
+size, two sessions x one thread). Then the CPU a front end spends per single-short-query request outside the
+forward (the front-end processes' user+sys CPU over the run / requests; the forward is in the engine process),
+the engine's CPU per request beside its forwards, and a cProfile of a front end's event loop (in-process: the
+front end of tests/serverutil.ServerThread in workers mode, its engine on another thread, not profiled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import os
+import pstats
+import re
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from _serve import Serve, append_results
+from batching import ROOT, SHARED, ceiling, drive, machine, queries, workloads
+
+MODEL = SHARED / (os.environ.get('BENCH_MODEL') or 'all-minilm-l6-v2')
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pids(srv: Serve) -> tuple[list[int], list[int]]:
+    """(engine pids, front-end pids) from the server's `processes:` line; one process: ([], [its pid])."""
+    for line in srv.lines:
+        m = re.search(r"processes: engines ([^;]+); front ends ([0-9, ]+)", line)
+        if m:
+            return ([int(e.split("=")[1]) for e in m.group(1).split(", ")],
+                    [int(p) for p in m.group(2).split(", ")])
+    return [], [srv.proc.pid]
+
+
+def inference_sum(url: str, model: str = "mini") -> float:
+    m = re.search(rf'^rsinfer_inference_seconds_sum{{model="{model}",version=""}} ([0-9.e+-]+)$',
+                  httpx.get(url + "/metrics").text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def server(workers: int, tmp: Path) -> Serve:
+    common = "replicas: 2, intra_threads: 1, batching: {enabled: true}"
+    models = (f"  - {{name: mini, kind: embedding, path: '{MODEL}', {common}}}\n"
+              f"  - {{name: rr, kind: rerank, path: '{SHARED / 'tiny-reranker-1'}', {common}}}\n"
+              f"  - {{name: pii, kind: pii, path: '{SHARED / 'rampart-pii'}', {common}}}\n")
+    return Serve(models, tmp, f"max_queue: 1024, workers: {workers}", name=f"workers-{workers}")
+
+
+def cost(workers: int, bodies: list[dict], max_s: float) -> dict:
+    """Front-end and engine CPU per request (µs) outside the forward, 8 clients x one short query."""
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = server(workers, Path(tmp))
+        try:
+            engines, fronts = pids(srv)
+            asyncio.run(drive(srv.url, "/v1/embeddings", bodies[:200], 8, 30))  # warm
+            f0, e0, i0 = (sum(map(cpu_seconds, fronts)), sum(map(cpu_seconds, engines)), inference_sum(srv.url))
+            r = asyncio.run(drive(srv.url, "/v1/embeddings", bodies, 8, max_s))
+            f1, e1, i1 = (sum(map(cpu_seconds, fronts)), sum(map(cpu_seconds, engines)), inference_sum(srv.url))
+        finally:
+            srv.stop()
+    n = max(r["requests"], 1)
+    forwards = i1 - i0
+    if engines:
+        return {"front_us": (f1 - f0) / n * 1e6, "engine_us": ((e1 - e0) - forwards) / n * 1e6, "rps": r["rps"]}
+    return {"front_us": ((f1 - f0) - forwards) / n * 1e6, "engine_us": 0.0, "rps": r["rps"]}
+
+
+def profile(bodies: list[dict]) -> str:
+    sys.path.insert(0, str(ROOT.parent / "tests"))
+    from rsinfer_cli.config import parse_config
+
+    from serverutil import ServerThread
+
+    cfg = parse_config({"server": {"max_queue": 1024}, "models": [
+        {"name": "mini", "kind": "embedding", "path": str(MODEL), "replicas": 2, "intra_threads": 1}]})
+    prof = cProfile.Profile(time.thread_time)   # CPU of the loop thread: waits and preemption do not count
+    with ServerThread(cfg, mode="workers") as srv:
+        asyncio.run(drive(srv.url, "/v1/embeddings", bodies[:200], 8, 30))
+        started = threading.Event()
+        srv._loop.call_soon_threadsafe(lambda: (prof.enable(), started.set()))
+        started.wait(5)
+        asyncio.run(drive(srv.url, "/v1/embeddings", bodies[:1500], 8, 60))
+        done = threading.Event()
+        srv._loop.call_soon_threadsafe(lambda: (prof.disable(), done.set()))
+        done.wait(5)
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).strip_dirs().sort_stats("tottime").print_stats(16)
+    return out.getvalue()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--max-seconds", type=float, default=20, help="per workload and worker count")
+    ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
+    args = ap.parse_args()
+    loads = workloads()
+    short_texts = [b["input"] for b in loads["64 clients x 1 short query"][1][:1000]]
+    mixed_texts = [t for b in loads["8 clients x 16 mixed texts"][1] for t in b["input"]]
+    ceil_short, b_short = ceiling(MODEL, short_texts, [1, 8, 16, 32, 64])
+    ceil_mixed, b_mixed = ceiling(MODEL, mixed_texts, [1, 4, 8, 16])
+    results: dict[int, dict[str, dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for w in args.workers:
+            srv = server(w, Path(tmp))
+            try:
+                for name, (route, bodies, clients, _) in loads.items():
+                    results.setdefault(w, {})[name] = asyncio.run(drive(srv.url, route, bodies, clients,
+                                                                        args.max_seconds))
+            finally:
+                srv.stop()
+    base = args.workers[0]
+    head = " | ".join(f"workers {w}" for w in args.workers)
+    lines = ["", f"## Worker processes (server.workers): {', '.join(map(str, args.workers))} on this machine", "",
+             f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/workers.py` (one run; every cell of a "
+             f"row from the same run). Ceiling: in-process tokenize + session.run + pooling in length-sorted "
+             f"batches, two sessions x one thread: {ceil_short:.0f} texts/s short queries (batch {b_short}), "
+             f"{ceil_mixed:.0f} texts/s mixed (batch {b_mixed}). Cells: texts/s (ratio to workers {base}; "
+             "to the ceiling where one applies), p50 ms.", "",
+             f"| workload | {head} |", "|---|" + "---|" * len(args.workers)]
+    for name, (_, _, _, per) in loads.items():
+        ceil = ceil_short if "short" in name or "latency" in name else ceil_mixed if "mixed" in name else None
+        cells = []
+        for w in args.workers:
+            r = results[w][name]
+            ratio = r["rps"] / results[base][name]["rps"] if results[base][name]["rps"] else 0.0
+            vs = f", {r['rps'] * per / ceil:.2f} of ceiling" if ceil else ""
+            err = f", {r['errors']} errors" if r["errors"] else ""
+            cells.append(f"{r['rps'] * per:.0f} ({ratio:.2f}x{vs}), p50 {r['p50_ms']:.1f}{err}")
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    bodies = [{"model": "mini", "input": q} for q in queries(3000, 3)]
+    costs = {w: cost(w, bodies, args.max_seconds) for w in sorted({1, *[w for w in args.workers if w > 1][:1]})}
+    lines += ["", "CPU per request outside the forward (8 clients x one short query, 3000 requests at most): "
+              + "; ".join(f"workers {w}: front end{'s' if w > 1 else ''} {c['front_us']:.0f} µs"
+                          + (f", engine {c['engine_us']:.0f} µs beside its forwards" if w > 1 else " (one process)")
+                          + f" at {c['rps']:.0f} requests/s" for w, c in costs.items()) + ".", ""]
+    text = profile(bodies)
+    rows = [line for line in text.splitlines() if re.match(r"\s+\d", line)][:16]
+    lines += ["A front end's event loop under that load (cProfile timed by the thread's CPU clock, tottime, top 16; "
+              "ncalls tottime percall cumtime percall function):", "", "```", *[r.rstrip() for r in rows], "```", ""]
+    return append_results(args.out, lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
