@@ -119,8 +119,7 @@ class Channel(asyncio.Protocol):
         self._sizes: tuple[int, ...] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment] - a stream transport (asyncio's or uvloop's)
 
     def send(self, message: Any) -> None:
         if self.transport is None or self.transport.is_closing():
