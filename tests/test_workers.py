@@ -10,6 +10,8 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -205,6 +207,10 @@ def test_forwards_take_rows_from_several_front_ends(shared_models, tmp_path):
         alone = metric(text, 'rsinfer_batch_frontends_bucket{le="1.0",model="mini",version=""}')
         assert metric(text, 'rsinfer_batch_rows_sum{model="mini",version=""}') == 400
         assert total > 0 and alone < total, text   # some forwards ran rows of both front ends
+        # SO_REUSEPORT would let a second server of the same user share the port: refused as in one process
+        second = subprocess.run([sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg), "--workers",
+                                 "2"], capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2 and "Address already in use" in second.stderr, second.stderr
     finally:
         assert srv.stop() == 0
 
@@ -280,3 +286,11 @@ def test_a_dead_engine_fails_what_waits_with_503_and_the_server_exits_1(shared_m
         assert "the engine process for cpu exited" in srv.output
     finally:
         srv.stop()
+
+
+def test_port_zero_is_refused_with_worker_processes(tmp_path):
+    cfg = tmp_path / "zero.yaml"
+    cfg.write_text("models:\n  - {name: m, kind: embedding, path: /nowhere}\n")
+    r = subprocess.run([sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg), "--port", "0",
+                        "--workers", "2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "port 0" in r.stderr and "--port" in r.stderr, r.stderr

@@ -33,8 +33,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from ..config import Config, ModelConfig
-from ..errors import RsinferError
+from ..config import Config, ModelConfig, split_bind
+from ..errors import ConfigError, RsinferError
 from . import ipc
 
 log = logging.getLogger("rsinfer.server")
@@ -74,6 +74,18 @@ def worker_count(config: Config) -> int:
     if devices == {"cpu"}:
         return max(1, min(n // 8, 8))
     return max(1, min(n - len(devices), 8))
+
+
+def check_free(host: str, port: int, keys: str) -> None:
+    """The front ends bind with SO_REUSEPORT, which would let them share a port with another server of the same
+    user without a word: bind it once here without, so a port in use fails start-up as it does in one process."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror} ({keys})") from None
 
 
 # ------------------------------------------------------------------ the child processes
@@ -228,6 +240,9 @@ class Supervisor:
                 raise RsinferError(f"{what} exited with code {child.process.exitcode} while starting")
 
     def start(self) -> None:
+        check_free(self.host, self.port, "server.bind, --host, --port")
+        if self.config.server.grpc_bind:
+            check_free(*split_bind(self.config.server.grpc_bind), "server.grpc_bind")
         for device in self.devices:
             address = os.path.join(self.runtime, f"engine-{device}.sock")
             self.engines[device] = self._spawn(engine_main, (self.config, device, address),
@@ -354,6 +369,9 @@ def serve_workers(config: Config, host: str, port: int) -> None:
     from ..server.systemd import Notifier
 
     workers = worker_count(config)
+    if port == 0:
+        raise ConfigError("port 0 (any free port) would give each front end a port of its own; choose a port for "
+                          f"{workers} front ends (server.bind, --port)")
     sup = Supervisor(config, host, port, workers)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = sup.metrics_dir   # before any child imports prometheus_client
     notifier = Notifier()
