@@ -287,10 +287,3 @@ def test_a_dead_engine_fails_what_waits_with_503_and_the_server_exits_1(shared_m
     finally:
         srv.stop()
 
-
-def test_port_zero_is_refused_with_worker_processes(tmp_path):
-    cfg = tmp_path / "zero.yaml"
-    cfg.write_text("models:\n  - {name: m, kind: embedding, path: /nowhere}\n")
-    r = subprocess.run([sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg), "--port", "0",
-                        "--workers", "2"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "port 0" in r.stderr and "--port" in r.stderr, r.stderr

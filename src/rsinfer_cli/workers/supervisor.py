@@ -369,9 +369,6 @@ def serve_workers(config: Config, host: str, port: int) -> None:
     from ..server.systemd import Notifier
 
     workers = worker_count(config)
-    if port == 0:
-        raise ConfigError("port 0 (any free port) would give each front end a port of its own; choose a port for "
-                          f"{workers} front ends (server.bind, --port)")
     sup = Supervisor(config, host, port, workers)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = sup.metrics_dir   # before any child imports prometheus_client
     notifier = Notifier()
