@@ -91,8 +91,15 @@ def check_free(host: str, port: int, keys: str) -> None:
 # ------------------------------------------------------------------ the child processes
 
 
-def _logging(level: int) -> None:
+def _child(level: int, title: str) -> None:
+    """A child's logging as the supervisor's, and its name in `ps -o comm`/`top` (Linux: 15 characters)."""
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, title.encode()[:15], 0, 0, 0)   # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
 
 
 def _models_of(config: Config, device: str) -> Config:
@@ -115,7 +122,7 @@ def engine_main(config: Config, device: str, address: str, conn: Any, level: int
     or its end of the pipe closing, which also happens when the supervisor dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _logging(level)
+    _child(level, f"rsinfer-{device}")
     from ..engine.registry import Registry
     from ..server.metrics import Metrics
     from .engine import EngineServer
@@ -140,7 +147,7 @@ def frontend_main(config: Config, index: int, host: str, port: int, engines: lis
                   conn: Any, level: int) -> None:
     """A front-end process: connect to the engines, bind the shared ports, serve until SIGTERM/SIGINT or the
     supervisor's end, drain."""
-    _logging(level)
+    _child(level, f"rsinfer-front{index}")
     from ..server.run import drain_seconds, serve_app
     from ..server.systemd import Notifier
     from .frontend import connect, frontend_app
