@@ -150,6 +150,32 @@ async def drive(url: str, route: str, bodies: list[dict], clients: int, max_s: f
             "p99_ms": float(np.percentile(lat, 99) * 1000) if lat else 0.0}
 
 
+def profiled(srv, route: str, bodies: list[dict], clients: int, clock=None):
+    """cProfile of an in-process server's event-loop thread (tests/serverutil.ServerThread `srv`) while
+    `clients` drive `route` with `bodies` (after a warm-up); `clock`: the profiler's timer (default: wall)."""
+    import cProfile
+
+    prof = cProfile.Profile(clock) if clock is not None else cProfile.Profile()
+    asyncio.run(drive(srv.url, route, bodies[:200], clients, 30))
+    started = threading.Event()
+    srv._loop.call_soon_threadsafe(lambda: (prof.enable(), started.set()))
+    started.wait(5)
+    asyncio.run(drive(srv.url, route, bodies[:1500], clients, 60))
+    done = threading.Event()
+    srv._loop.call_soon_threadsafe(lambda: (prof.disable(), done.set()))
+    done.wait(5)
+    return prof
+
+
+def ceilings(loads: dict) -> tuple[float, int, float, int]:
+    """The in-process ceiling (texts/s, best batch) of the short queries and of the mixed texts of `loads`."""
+    short_texts = [b["input"] for b in loads["64 clients x 1 short query"][1][:1000]]
+    mixed_texts = [t for b in loads["8 clients x 16 mixed texts"][1] for t in b["input"]]
+    ceil_short, b_short = ceiling(SHARED / "all-minilm-l6-v2", short_texts, [1, 8, 16, 32, 64])
+    ceil_mixed, b_mixed = ceiling(SHARED / "all-minilm-l6-v2", mixed_texts, [1, 4, 8, 16])
+    return ceil_short, b_short, ceil_mixed, b_mixed
+
+
 def workloads() -> dict[str, tuple[str, list[dict], int, int]]:
     """name → (route, request bodies, clients, texts per request)."""
     short = queries(3000, 1)
@@ -186,10 +212,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     args = ap.parse_args()
     loads = workloads()
-    short_texts = [b["input"] for b in loads["64 clients x 1 short query"][1][:1000]]
-    mixed_texts = [t for b in loads["8 clients x 16 mixed texts"][1] for t in b["input"]]
-    ceil_short, b_short = ceiling(SHARED / "all-minilm-l6-v2", short_texts, [1, 8, 16, 32, 64])
-    ceil_mixed, b_mixed = ceiling(SHARED / "all-minilm-l6-v2", mixed_texts, [1, 4, 8, 16])
+    ceil_short, b_short, ceil_mixed, b_mixed = ceilings(loads)
     results: dict[str, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for batching in (True, False):

@@ -4,26 +4,26 @@ processes): a real `rsinfer serve`, one short query per request to /v1/embedding
     .venv/bin/python benchmarks/frontend_cost.py      # appends a section to benchmarks/RESULTS.md
 
 front-end CPU per request = (the process's user+sys CPU over the run - the forwards' time from
-rsinfer_inference_seconds_sum, each forward on one intra-op thread) / requests. The profile is cProfile of the
+rsinfer_inference_seconds_sum, each forward on one intra-op thread) / requests. This undercounts: the forwards'
+wall time exceeds their CPU time when they are preempted on shared cores. benchmarks/workers.py measures a
+front-end process, which runs no forward, instead. The profile is cProfile of the
 event-loop thread of an in-process server under the same load (the forward threads are not profiled).
 """
 
 from __future__ import annotations
 
 import asyncio
-import cProfile
 import io
 import os
 import pstats
 import re
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import httpx
 from _serve import Serve, append_results
-from batching import ROOT, SHARED, drive, machine, queries
+from batching import ROOT, SHARED, drive, machine, profiled, queries
 
 MODEL = SHARED / "all-minilm-l6-v2"
 REQUESTS = 3000
@@ -65,16 +65,8 @@ def profile(bodies: list[dict]) -> str:
 
     cfg = parse_config({"server": {"max_queue": 1024}, "models": [
         {"name": "mini", "kind": "embedding", "path": str(MODEL), "replicas": 2, "intra_threads": 1}]})
-    prof = cProfile.Profile()
     with ServerThread(cfg) as srv:
-        asyncio.run(drive(srv.url, "/v1/embeddings", bodies[:200], 8, 30))
-        started = threading.Event()
-        srv._loop.call_soon_threadsafe(lambda: (prof.enable(), started.set()))
-        started.wait(5)
-        asyncio.run(drive(srv.url, "/v1/embeddings", bodies[:1500], 8, 60))
-        done = threading.Event()
-        srv._loop.call_soon_threadsafe(lambda: (prof.disable(), done.set()))
-        done.wait(5)
+        prof = profiled(srv, "/v1/embeddings", bodies, 8)
     out = io.StringIO()
     pstats.Stats(prof, stream=out).strip_dirs().sort_stats("tottime").print_stats(12)
     return out.getvalue()

@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import io
 import os
 import pstats
 import re
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import httpx
 from _serve import Serve, append_results
-from batching import ROOT, SHARED, ceiling, drive, machine, queries, workloads
+from batching import ROOT, SHARED, ceilings, drive, machine, profiled, queries, workloads
 
 MODEL = SHARED / "all-minilm-l6-v2"
 CHEAP = SHARED / "tiny-qwen-embed"   # a forward of ~0.4 ms here: the front end is the bottleneck, as on a GPU
@@ -91,16 +89,8 @@ def profile(bodies: list[dict], model: Path) -> str:
 
     cfg = parse_config({"server": {"max_queue": 1024}, "models": [
         {"name": "mini", "kind": "embedding", "path": str(model), "replicas": 2, "intra_threads": 1}]})
-    prof = cProfile.Profile(time.thread_time)   # CPU of the loop thread: waits and preemption do not count
-    with ServerThread(cfg, mode="workers") as srv:
-        asyncio.run(drive(srv.url, "/v1/embeddings", bodies[:200], 8, 30))
-        started = threading.Event()
-        srv._loop.call_soon_threadsafe(lambda: (prof.enable(), started.set()))
-        started.wait(5)
-        asyncio.run(drive(srv.url, "/v1/embeddings", bodies[:1500], 8, 60))
-        done = threading.Event()
-        srv._loop.call_soon_threadsafe(lambda: (prof.disable(), done.set()))
-        done.wait(5)
+    with ServerThread(cfg, mode="workers") as srv:   # CPU clock of the loop thread: waits and preemption do not count
+        prof = profiled(srv, "/v1/embeddings", bodies, 8, time.thread_time)
     stats = pstats.Stats(prof, stream=io.StringIO()).strip_dirs()
     return stats
 
@@ -135,10 +125,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     args = ap.parse_args()
     loads = workloads()
-    short_texts = [b["input"] for b in loads["64 clients x 1 short query"][1][:1000]]
-    mixed_texts = [t for b in loads["8 clients x 16 mixed texts"][1] for t in b["input"]]
-    ceil_short, b_short = ceiling(MODEL, short_texts, [1, 8, 16, 32, 64])
-    ceil_mixed, b_mixed = ceiling(MODEL, mixed_texts, [1, 4, 8, 16])
+    ceil_short, b_short, ceil_mixed, b_mixed = ceilings(loads)
     results: dict[int, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for w in args.workers:
