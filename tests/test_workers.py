@@ -287,3 +287,36 @@ def test_a_dead_engine_fails_what_waits_with_503_and_the_server_exits_1(shared_m
     finally:
         srv.stop()
 
+
+
+@pytest.mark.shared
+@pytest.mark.slow
+def test_sigterm_to_every_process_at_once_drains_as_systemd_expects(shared_models, tmp_path):
+    """systemd's default KillMode signals the supervisor, the engine and the front ends together: the engine keeps
+    serving until the front ends drained, no front end is started again, and the server exits 0."""
+    from serverutil import process_tree
+
+    port = free_port()
+    srv = start(write_config(tmp_path, shared_models, port, "request_timeout_ms: 120000"), port, workers=2)
+    try:
+        results: list[httpx.Response] = []
+        big = {"input": ["a long sentence about the history of printing presses " * 12] * 200}
+        threads = [threading.Thread(target=lambda: results.append(
+            httpx.post(srv.url + "/v1/embeddings", json=big, timeout=120))) for _ in range(4)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if metric(httpx.get(srv.url + "/metrics").text, "rsinfer_http_requests_in_flight") >= 5:  # 4 + this
+                break
+            time.sleep(0.01)
+        for pid in process_tree(srv.proc.pid):
+            os.kill(pid, signal.SIGTERM)
+        for t in threads:
+            t.join(120)
+        assert [r.status_code for r in results] == [200] * 4
+        assert all(len(r.json()["data"]) == 200 for r in results)
+        assert srv.proc.wait(60) == 0
+        assert "restarted" not in srv.output
+    finally:
+        srv.stop()

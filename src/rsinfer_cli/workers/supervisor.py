@@ -293,6 +293,8 @@ class Supervisor:
             ready = multiprocessing.connection.wait(list(waits), timeout=watchdog_s or 5.0)
             if watchdog_s:
                 notifier.send("WATCHDOG=1")
+            if self._signals:   # a signal first: under systemd every process gets SIGTERM at once, and a front
+                self._drain_signals()   # end that drained and left is then not one to start again
             for obj in ready:
                 what, which = waits[obj]
                 if what == "signal":
@@ -308,6 +310,9 @@ class Supervisor:
     def _restart(self, index: int) -> None:
         old = self.frontends[index]
         assert old is not None
+        if self._signals:
+            self.stopping = True
+            return
         old.process.join(5)
         self.board[index] = 0
         self._mark_dead(old.pid)
