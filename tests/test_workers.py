@@ -159,6 +159,11 @@ def test_every_route_answers_as_one_process_does(shared_models, tmp_path):
         x = tg.InferInput("INPUT0", [1, 4], "FP32")
         x.set_data_from_numpy(np.array([[1, 2, 3, 4]], np.float32))
         assert g.infer("add", [x]).as_numpy("OUTPUT0").tolist() == [[2, 3, 4, 5]]
+        # the models are loaded once, in the engine: no front end has onnxruntime mapped
+        engines, fronts = worker_pids(srv.output)
+        for pid in [*engines.values(), *fronts]:
+            with open(f"/proc/{pid}/maps") as f:
+                assert ("onnxruntime" in f.read()) == (pid in engines.values()), pid
         # merged metrics: front ends' HTTP counters and the engine's forwards in one exposition
         assert metric(text, 'rsinfer_http_requests_total{route="/v1/embeddings",status="200"}') == 1
         assert metric(text, 'rsinfer_batch_rows_count{model="mini",version=""}') >= 1
