@@ -82,6 +82,8 @@ def test_worker_count_and_devices(monkeypatch):
     assert worker_count(cpu_only) == 1
     with pytest.raises(Exception, match=r"server\.workers: expected an integer or 'auto'"):
         cfg("many")
+    monkeypatch.setattr("sys.platform", "darwin")     # SO_REUSEPORT does not spread connections there
+    assert worker_count(cfg(3)) == 1
 
 
 # ------------------------------------------------------------------ real processes

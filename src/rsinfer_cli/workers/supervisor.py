@@ -65,10 +65,13 @@ def worker_count(config: Config) -> int:
     benchmarks/RESULTS.md), so a front end per 8 cores; with accelerators, the front ends are where the CPU time
     goes, so every core but one per engine, up to 8. Always 1 off Linux (SO_REUSEPORT does not spread
     connections there)."""
+    if not sys.platform.startswith("linux"):
+        if config.server.workers > 1:
+            log.warning("server.workers: %d ignored: worker processes need Linux (SO_REUSEPORT spreading "
+                        "connections); serving in one process", config.server.workers)
+        return 1
     if config.server.workers:
         return config.server.workers
-    if not sys.platform.startswith("linux"):
-        return 1
     devices = {device_of(m) for m in config.models}
     n = cores()
     if devices == {"cpu"}:
