@@ -86,6 +86,27 @@ def test_worker_count_and_devices(monkeypatch):
     assert worker_count(cfg(3)) == 1
 
 
+@pytest.mark.shared
+def test_a_front_end_without_its_engine_is_unready_and_answers_503(shared_models):
+    cfg = parse_config({"models": [{"name": "mini", "kind": "embedding", "replicas": 1,
+                                    "path": str(shared_models / "all-minilm-l6-v2")}]})
+    with ServerThread(cfg, mode="workers") as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        assert c.get("/health").status_code == 200
+        assert c.post("/v1/embeddings", json={"input": "hello"}).status_code == 200
+        srv.engine.close()          # the engine stops (a dead engine's socket closes the same way)
+        deadline = time.monotonic() + 10
+        while c.get("/health").status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        health = c.get("/health")
+        assert health.status_code == 503 and health.json() == {"status": "unavailable",
+                                                               "reason": "the engine process exited"}
+        assert c.get("/v2/health/ready").status_code == 503
+        r = c.post("/v1/embeddings", json={"input": "hello"})
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert r.json()["error"]["type"] == "server_error" and "engine process exited" in r.json()["error"]["message"]
+        srv.engine = None
+
+
 # ------------------------------------------------------------------ real processes
 
 def write_config(tmp_path, shared_models, port: int, server: str = "", models: str | None = None):

@@ -62,6 +62,7 @@ class EngineServer:
                 max_queue=config.server.max_queue, queue_timeout_ms=config.server.queue_timeout_ms,
                 observer=metrics.observer(m.name, m.version or ""), forward=self._tagged(pipe, m))
         self._tasks: dict[tuple[ipc.Channel, int], asyncio.Task[None]] = {}
+        self._channels: set[ipc.Channel] = set()
 
     def _tagged(self, pipe: RowPipeline, model: LoadedModel) -> RowForward:
         """The pipeline's forward over rows tagged with the front end each came from; how many front ends shared
@@ -84,7 +85,7 @@ class EngineServer:
         """Answer front ends on the Unix socket `path` until `stop` is set; then fail what still waits and release
         the sessions. `ready()` once the socket listens."""
         loop = asyncio.get_running_loop()
-        server = await loop.create_unix_server(lambda: ipc.Channel(self._handle, self._lost), path)
+        server = await loop.create_unix_server(self._connected, path)
         os.chmod(path, 0o600)
         if ready is not None:
             ready()
@@ -94,12 +95,20 @@ class EngineServer:
             server.close()
             for task in list(self._tasks.values()):
                 task.cancel()
+            for channel in list(self._channels):   # the front ends learn at once that this engine is gone
+                channel.close()
             for s in self.schedulers.values():
                 s.stop()
             self.executor.shutdown(wait=True)
 
+    def _connected(self) -> ipc.Channel:
+        channel = ipc.Channel(self._handle, self._lost)
+        self._channels.add(channel)
+        return channel
+
     def _lost(self, channel: ipc.Channel) -> None:
         """A front end went away: nobody waits for its requests any more."""
+        self._channels.discard(channel)
         for (owner, _), task in list(self._tasks.items()):
             if owner is channel:
                 task.cancel()
