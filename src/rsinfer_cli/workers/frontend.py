@@ -56,9 +56,11 @@ class EngineClient:
 
     def _lost(self, _channel: ipc.Channel) -> None:
         """The engine's end closed: it stopped or died. What waits on it fails now, with 503."""
-        if self.gone is None and self._channel is not None:
-            self.gone = "the engine process exited"
-            log.error("%s: failing %d request(s) waiting on it", self.gone, len(self._pending))
+        if self.gone is None:
+            # our own close() clears the channel first; otherwise the engine went away
+            self.gone = "the engine process exited" if self._channel is not None else "the front end is stopping"
+            if self._channel is not None:
+                log.error("%s: failing %d request(s) waiting on it", self.gone, len(self._pending))
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(EngineUnavailable(f"{self.gone}; retry on another replica"))
@@ -66,16 +68,18 @@ class EngineClient:
     async def _ask(self, msg: dict[str, Any]) -> dict[str, Any]:
         if self.gone is not None:
             raise EngineUnavailable(f"{self.gone}; retry on another replica")
+        channel = self._channel
+        if channel is None:
+            raise EngineUnavailable("the front end is stopping; retry on another replica")
         rid = msg["id"] = next(self._ids)
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
-        assert self._channel is not None
         try:
-            self._channel.send(msg)
+            channel.send(msg)
             reply = await fut
         except asyncio.CancelledError:
             if msg["op"] == "rows" and self.gone is None:  # nobody waits: the engine drops its rows
-                self._channel.send({"op": "cancel", "id": rid})
+                channel.send({"op": "cancel", "id": rid})
             raise
         finally:
             self._pending.pop(rid, None)
