@@ -20,6 +20,24 @@ def append_results(out: Path, lines: list[str]) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def inference_sum(url: str, model: str = "mini") -> float:
+    """The forwards' time so far (rsinfer_inference_seconds_sum) of a model, from the server's /metrics."""
+    import re
+
+    import httpx
+
+    m = re.search(rf'^rsinfer_inference_seconds_sum{{model="{model}",version=""}} ([0-9.e+-]+)$',
+                  httpx.get(url + "/metrics").text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

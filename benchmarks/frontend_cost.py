@@ -14,31 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import io
-import os
 import pstats
 import re
 import sys
 import tempfile
 from pathlib import Path
 
-import httpx
-from _serve import Serve, append_results
+from _serve import Serve, append_results, cpu_seconds, inference_sum
 from batching import ROOT, SHARED, drive, machine, profiled, queries
 
 MODEL = SHARED / "all-minilm-l6-v2"
 REQUESTS = 3000
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def inference_sum(url: str) -> float:
-    m = re.search(r'^rsinfer_inference_seconds_sum{model="mini",version=""} ([0-9.e+-]+)$',
-                  httpx.get(url + "/metrics").text, re.M)
-    return float(m.group(1)) if m else 0.0
 
 
 def measured(bodies: list[dict]) -> tuple[float, float, float]:

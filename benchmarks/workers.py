@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import os
 import pstats
 import re
 import sys
@@ -24,34 +23,23 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-from _serve import Serve, append_results
+from _serve import Serve, append_results, cpu_seconds, inference_sum
 from batching import ROOT, SHARED, ceilings, drive, machine, profiled, queries, workloads
+
+sys.path.insert(0, str(ROOT.parent / "tests"))
+from serverutil import ServerThread, worker_pids  # noqa: E402 - the tests' helpers, found through the path above
 
 MODEL = SHARED / "all-minilm-l6-v2"
 CHEAP = SHARED / "tiny-qwen-embed"   # a forward of ~0.4 ms here: the front end is the bottleneck, as on a GPU
 
 
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def pids(srv: Serve) -> tuple[list[int], list[int]]:
     """(engine pids, front-end pids) from the server's `processes:` line; one process: ([], [its pid])."""
-    for line in srv.lines:
-        m = re.search(r"processes: engines ([^;]+); front ends ([0-9, ]+)", line)
-        if m:
-            return ([int(e.split("=")[1]) for e in m.group(1).split(", ")],
-                    [int(p) for p in m.group(2).split(", ")])
-    return [], [srv.proc.pid]
-
-
-def inference_sum(url: str, model: str = "mini") -> float:
-    m = re.search(rf'^rsinfer_inference_seconds_sum{{model="{model}",version=""}} ([0-9.e+-]+)$',
-                  httpx.get(url + "/metrics").text, re.M)
-    return float(m.group(1)) if m else 0.0
+    output = "".join(srv.lines)
+    if "processes:" not in output:
+        return [], [srv.proc.pid]
+    engines, fronts = worker_pids(output)
+    return list(engines.values()), fronts
 
 
 def server(workers: int, tmp: Path, model: Path = MODEL) -> Serve:
@@ -81,11 +69,8 @@ def cost(workers: int, bodies: list[dict], max_s: float, model: Path, clients: i
     return {"front_us": ((f1 - f0) - forwards) / n * 1e6, "engine_us": 0.0, "rps": r["rps"]}
 
 
-def profile(bodies: list[dict], model: Path) -> str:
-    sys.path.insert(0, str(ROOT.parent / "tests"))
+def profile(bodies: list[dict], model: Path) -> pstats.Stats:
     from rsinfer_cli.config import parse_config
-
-    from serverutil import ServerThread
 
     cfg = parse_config({"server": {"max_queue": 1024}, "models": [
         {"name": "mini", "kind": "embedding", "path": str(model), "replicas": 2, "intra_threads": 1}]})

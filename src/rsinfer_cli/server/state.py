@@ -17,7 +17,7 @@ from ..config import Config
 from ..engine.cache import Cache
 from ..engine.model import LoadedModel
 from ..engine.registry import Registry
-from ..engine.scheduler import ModelQueue, Runner
+from ..engine.scheduler import ModelQueue, Runner, as_is
 from ..pipelines.base import Cached, RowPipeline, Work
 from .metrics import Metrics
 
@@ -30,9 +30,6 @@ CACHE_STATUS: contextvars.ContextVar[str | None] = contextvars.ContextVar("rsinf
 BODY_BYTES: contextvars.ContextVar[int | None] = contextvars.ContextVar("rsinfer_body_bytes", default=None)
 INLINE_BYTES = 4096
 
-
-def _same(outputs: list[Any]) -> list[Any]:
-    return outputs
 
 
 @dataclass
@@ -68,10 +65,10 @@ class ServerState:
             loop = asyncio.get_running_loop()
             if body is not None and body <= INLINE_BYTES:
                 work = plan(*args, **kwargs)
-                result: R = work.finish(await scheduler.submit(work.rows, work.costs, _same))
+                result: R = work.finish(await scheduler.submit(work.rows, work.costs, as_is))
             else:
                 work = await loop.run_in_executor(self.prep_executor, functools.partial(plan, *args, **kwargs))
-                outputs = await scheduler.submit(work.rows, work.costs, _same)
+                outputs = await scheduler.submit(work.rows, work.costs, as_is)
                 result = await loop.run_in_executor(self.prep_executor, work.finish, outputs)
             timing = work.timing
         elif scheduler.batching and not scheduler.free:

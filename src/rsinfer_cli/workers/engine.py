@@ -25,7 +25,7 @@ from typing import Any
 from ..config import Config
 from ..engine.model import LoadedModel
 from ..engine.registry import Registry
-from ..engine.scheduler import RowForward, Scheduler
+from ..engine.scheduler import RowForward, Scheduler, as_is
 from ..engine.session import Session
 from ..pipelines import build_pipeline
 from ..pipelines.base import RowPipeline
@@ -34,9 +34,6 @@ from . import ipc
 
 log = logging.getLogger("rsinfer.engine")
 
-
-def _same(outputs: list[Any]) -> list[Any]:
-    return outputs
 
 
 def shell(model: LoadedModel) -> LoadedModel:
@@ -137,7 +134,7 @@ class EngineServer:
         try:
             scheduler = self.schedulers[msg["key"]]
             source = id(channel)
-            outputs = await scheduler.submit([(source, r) for r in msg["rows"]], msg["costs"], _same)
+            outputs = await scheduler.submit([(source, r) for r in msg["rows"]], msg["costs"], as_is)
             reply: dict[str, Any] = {"id": rid, "outputs": outputs}
         except asyncio.CancelledError:
             return  # the front end no longer waits for it
