@@ -54,6 +54,40 @@ def test_messages_round_trip_arrays_without_pickle():
         ipc.encode({"x": object()})
 
 
+def test_channel_frames_survive_any_split_and_one_write_per_loop_iteration():
+    class Transport:
+        def __init__(self) -> None:
+            self.writes: list[bytes] = []
+
+        def is_closing(self) -> bool:
+            return False
+
+        def writelines(self, parts) -> None:
+            self.writes.append(b"".join(bytes(p) for p in parts))
+
+    received: list = []
+    big = np.arange(50_000, dtype=np.float32)      # a frame of its own
+
+    async def main() -> bytes:
+        sender, transport = ipc.Channel(lambda c, m: None), Transport()
+        sender.connection_made(transport)
+        sender.send({"id": 1, "out": big})
+        sender.send({"id": 2, "rows": [[101, 102], None]})
+        await asyncio.sleep(0)
+        assert len(transport.writes) == 1          # both messages of this loop iteration in one write
+        return transport.writes[0]
+
+    wire = asyncio.run(main())
+    receiver = ipc.Channel(lambda c, m: received.append(m))
+    for size in (1, 7, 777, len(wire)):           # however the kernel splits the stream
+        received.clear()
+        for i in range(0, len(wire), size):
+            receiver.data_received(wire[i:i + size])
+        assert [m["id"] for m in received] == [1, 2]
+        np.testing.assert_array_equal(received[0]["out"], big)
+        assert received[1]["rows"] == [[101, 102], None]
+
+
 def test_errors_cross_with_their_class_and_fields():
     for exc in (Saturated("busy", model="m"), InputError("bad", param="input[3]", model="m")):
         back = ipc.error_from_wire(ipc.error_to_wire(exc))

@@ -153,7 +153,9 @@ class Channel(asyncio.Protocol):
                 self._need = 4 + 8 * count + sum(self._sizes)
                 continue
             head = 4 + 8 * len(self._sizes)
-            body = memoryview(bytes(buf[head:self._need]))
+            view = memoryview(buf)
+            body = memoryview(view[head:self._need].tobytes())   # the message's one copy out of the buffer
+            view.release()
             del buf[:self._need]
             frames, at = [], 0
             for size in self._sizes:
