@@ -38,6 +38,24 @@ def inference_sum(url: str, model: str = "mini") -> float:
     return float(m.group(1)) if m else 0.0
 
 
+def forward_mean_ms(url: str, model: str = "mini") -> float:
+    """The mean forward time (rsinfer_inference_seconds) of a model so far, from the server's /metrics."""
+    import re
+
+    import httpx
+
+    text = httpx.get(url + "/metrics").text
+    got = {k: float(v) for k, v in re.findall(
+        rf'^rsinfer_inference_seconds_(sum|count){{model="{model}",version=""}} ([0-9.e+-]+)$', text, re.M)}
+    return 1000 * got.get("sum", 0.0) / got["count"] if got.get("count") else 0.0
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """A process's peak resident memory (VmHWM) so far."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -48,8 +66,9 @@ class Serve:
     """`rsinfer serve` on 127.0.0.1:<port> with the given config text (its `server.bind` is set here)."""
 
     def __init__(self, models_yaml: str, tmp: Path, server_yaml: str = "", name: str = "bench",
-                 src: Path | None = None) -> None:
-        """`src`: run the rsinfer_cli package found there (another checkout's src/) instead of this one."""
+                 src: Path | None = None, cpus: str | None = None) -> None:
+        """`src`: run the rsinfer_cli package found there (another checkout's src/) instead of this one; `cpus`:
+        run it under `taskset -c CPUS`."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = tmp / f"{name}.yaml"
@@ -58,7 +77,8 @@ class Serve:
         env = dict(os.environ)
         if src is not None:
             env["PYTHONPATH"] = f"{src}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(src)
-        self.proc = subprocess.Popen([sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg),
+        pin = ["taskset", "-c", cpus] if cpus else []
+        self.proc = subprocess.Popen([*pin, sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg),
                                       "--log-level", "warning"], stderr=subprocess.PIPE, text=True, env=env)
         assert self.proc.stderr is not None
         self.lines: list[str] = []     # its stderr, read on a thread to the end (a full pipe would block it)

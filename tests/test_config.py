@@ -44,7 +44,8 @@ def test_minimal_defaults(tmp_path):
     cfg = load_config(write(tmp_path, MINIMAL))
     assert isinstance(cfg, Config)
     m = cfg.models[0]
-    assert (m.replicas, m.revision, m.dtype, m.eps, m.max_len, m.truncate) == (2, "main", "auto", ("cpu",), None, True)
+    assert (m.replicas, m.intra_threads, m.revision, m.dtype, m.eps, m.max_len, m.truncate) == \
+        (None, 0, "main", "auto", ("cpu",), None, True)
     assert (m.batching.enabled, m.batching.max_rows, m.batching.max_tokens, m.batching.queue_rows) == \
         (True, 64, None, 1024)
     s = cfg.server
@@ -88,7 +89,7 @@ def test_wrong_type():
     assert parse_error({"models": [model(max_len="512")]}) == \
         "config.yaml: models[0].max_len: expected an integer, got a string '512'"
     assert "expected a boolean" in parse_error({"models": [model(normalize="yes")]})
-    assert "expected an integer, got a boolean" in parse_error({"models": [model(replicas=True)]})
+    assert "expected an integer or 'auto', got a boolean" in parse_error({"models": [model(replicas=True)]})
 
 
 def test_both_or_neither_source():

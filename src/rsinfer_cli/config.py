@@ -64,7 +64,7 @@ class ServerConfig:
     max_queue: int = _opt(256, ge=0)
     queue_timeout_ms: int = _opt(30_000, gt=0)
     hf_cache_dir: str | None = None
-    threads: int = _opt(0, ge=0)
+    threads: int = _opt(0, ge=0, auto=0)   # CPUs the thread plan uses; 0/auto: those this process may use
     api_keys: tuple[str, ...] = ()
     max_texts: int = _opt(2048, gt=0)            # texts per embedding / PII / classification request
     max_text_chars: int = _opt(1_000_000, gt=0)  # characters per text (a model may set its own); more → 413
@@ -114,10 +114,10 @@ class ModelConfig:
     truncate: bool = True
     default: bool = False
     cache: bool = True                    # false: this model's rows never go through server.cache
-    replicas: int = _opt(2, ge=1)
+    replicas: int | None = _opt(None, ge=1, auto=None)   # concurrent forwards; None/auto: the thread plan
     max_batch: int | None = _opt(None, ge=1)  # rs-infer's spelling of batching.max_rows (one knob: that one)
     eps: tuple[str, ...] = _opt(("cpu",), choices=EPS)
-    intra_threads: int = _opt(0, ge=0)
+    intra_threads: int = _opt(0, ge=0, auto=0)          # threads per forward; 0/auto: the thread plan
     device_id: int = _opt(0, ge=0)
     trt_engine_cache: str | None = None
     coreml_compute_units: str = _opt("all", choices=("all", "cpu_and_gpu", "cpu_and_ne", "cpu_only"))
@@ -159,6 +159,11 @@ class ModelConfig:
     @property
     def source(self) -> str:
         return f"hf:{self.hf}@{self.revision}" if self.hf else f"path:{self.path}"
+
+    @property
+    def key(self) -> str:
+        """Unique among a config's loaded models: the name, with `:version` for a version of a versioned model."""
+        return self.name if self.version is None else f"{self.name}:{self.version}"
 
 
 @dataclass(frozen=True)

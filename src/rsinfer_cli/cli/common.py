@@ -67,7 +67,7 @@ def model_from_options(*, name: str | None, config: Path | None, path: Path | No
     label = Path(src).name if path is not None else hf.rsplit("/", 1)[-1]
     model = ModelConfig(name=label or "model", kind=kind or "embedding", path=str(path) if path else None,
                         hf=hf, revision=revision, file=file, subfolder=subfolder, tokenizer_hf=tokenizer_hf,
-                        dtype=dtype, replicas=replicas or 1)
+                        dtype=dtype, replicas=replicas)
     return model, ServerConfig()
 
 

@@ -23,11 +23,13 @@ from .common import (
 KIND_OPT = typer.Option(None, "--kind", help="Pipeline to describe (default: from config.json architectures).")
 
 
-def inspect_report(model: Any, kind_reason: str) -> dict[str, Any]:
+def inspect_report(model: Any, kind_reason: str, plan: Any = None) -> dict[str, Any]:
+    """`plan`: the thread plan `serve` would make (engine/threads.py); the model's own threads without it."""
     from ..engine.session import SHORT, available_providers
     from ..pipelines import describe
 
     r = model.resolved
+    threads = plan.models.get(model.key, model.threads) if plan is not None else model.threads
     return {
         "name": model.name,
         "kind": model.kind,
@@ -54,6 +56,8 @@ def inspect_report(model: Any, kind_reason: str) -> dict[str, Any]:
                       "max_len_source": model.max_len_source if r.tokenizer_path else "no tokenizer"},
         "aux_files": r.aux_origin,
         "pipeline": describe(model),
+        "threads": {**threads.to_json(), "plan": threads.describe(),
+                    **({"cpus": plan.cpus.to_json(), "warnings": list(plan.warnings)} if plan is not None else {})},
     }
 
 
@@ -82,6 +86,12 @@ def _print_table(rep: dict[str, Any]) -> None:
         head.add_row("", f"[yellow]skipped {s['ep']}: {s['reason']}[/]")
     tok = rep["tokenizer"]
     head.add_row("max_len", f"{tok['max_len']} ({tok['max_len_source']})")
+    th = rep["threads"]
+    if "cpus" in th:
+        head.add_row("CPUs", f"{th['cpus']['count']} ({'; '.join(th['cpus']['why'])})")
+    head.add_row("threads", th["plan"])
+    for w in th.get("warnings", ()):
+        head.add_row("", f"[yellow]{escape(w)}[/]")
     for key, value in rep["pipeline"].items():
         if key != "kind":
             head.add_row(key, ", ".join(map(str, value)) if isinstance(value, list) else str(value))
@@ -111,22 +121,25 @@ def inspect_cmd(
     import dataclasses
 
     from .. import families
-    from ..config import hub_cache_dir
+    from ..config import hub_cache_dir, load_config
     from ..engine.model import load_model
+    from ..engine.registry import plan_config
     from ..errors import ConfigError
     from .common import guess_source_kind, model_from_options
 
     if kind is not None and kind not in families.kinds():
         raise ConfigError(f"--kind must be one of {', '.join(families.kinds())}, got '{kind}'")
     cfg, server = model_from_options(name=name, config=config, path=path, hf=hf, revision=revision, file=file,
-                                     subfolder=subfolder, tokenizer_hf=tokenizer_hf, dtype=dtype, kind=kind,
-                                     replicas=1)
+                                     subfolder=subfolder, tokenizer_hf=tokenizer_hf, dtype=dtype, kind=kind)
     reason = "config" if (path is None and hf is None) else "--kind"
     if (path is not None or hf is not None) and kind is None:
         guessed, reason = guess_source_kind(cfg, hub_cache_dir(server.hf_cache_dir))
         cfg = dataclasses.replace(cfg, kind=guessed)
-    model = load_model(cfg, server, hub_cache_dir(server.hf_cache_dir))
-    rep = inspect_report(model, reason)
+    # the threads `serve` gives it beside the config's other models; one forward is enough to inspect
+    served = [vc for m in load_config(config).models for vc in m.version_configs()] if config is not None else [cfg]
+    plan = plan_config(served, server)
+    model = load_model(dataclasses.replace(cfg, replicas=1), server, hub_cache_dir(server.hf_cache_dir))
+    rep = inspect_report(model, reason, plan)
     if json_out:
         print_json(rep)
     else:

@@ -19,6 +19,7 @@ from ..config import ACCELERATOR_MAX_TOKENS, CPU_MAX_PADDING, CPU_MAX_TOKENS, Mo
 from ..errors import InferenceError, ModelLoadError
 from ..hub import ModelSource, Progress, ResolvedModel, resolve
 from .session import EpPlan, GraphInfo, Session, actual_providers, build_session, graph_info, plan_eps
+from .threads import ModelThreads, plan_threads
 
 log = logging.getLogger("rsinfer.engine")
 
@@ -100,7 +101,7 @@ def sample_feeds(graph: GraphInfo, dims: dict[str, int] | None = None) -> Feeds:
 class LoadedModel:
     config: ModelConfig
     resolved: ResolvedModel
-    sessions: list[Session]
+    sessions: list[Session]            # one per lane (the same session for every lane when they share it)
     graph: GraphInfo
     eps: EpPlan
     providers: list[str]
@@ -108,6 +109,8 @@ class LoadedModel:
     max_len_source: str
     aux: dict[str, dict[str, Any]] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    threads: ModelThreads = field(default_factory=lambda: ModelThreads(lanes=1, threads=1, sessions=1))
+    wide: Session | None = None        # the latency lane: every CPU on one forward that runs alone
 
     @property
     def name(self) -> str:
@@ -124,12 +127,12 @@ class LoadedModel:
     @property
     def key(self) -> str:
         """Unique among the loaded models: the name, with `:version` for a version of a versioned model."""
-        return self.name if self.version is None else f"{self.name}:{self.version}"
+        return self.config.key
 
     @property
     def replicas(self) -> int:
-        """Its sessions; in a front-end process (which holds none), those its engine process built."""
-        return len(self.sessions) or self.config.replicas
+        """Forwards it runs at once (its lanes); in a front-end process (which holds no session) too."""
+        return len(self.sessions) or self.threads.lanes
 
     @property
     def hf_config(self) -> dict[str, Any]:
@@ -170,7 +173,8 @@ class LoadedModel:
             "graph_reason": self.resolved.graph_reason, "dtype": self.config.dtype,
             "execution_providers": self.providers, "eps_requested": list(self.eps.requested),
             "eps_skipped": [{"ep": ep, "reason": why} for ep, why in self.eps.skipped],
-            "replicas": self.replicas, "max_len": self.max_len, "max_len_source": self.max_len_source,
+            "replicas": self.replicas, "threads": self.threads.to_json(), "max_len": self.max_len,
+            "max_len_source": self.max_len_source,
             "default": self.config.default, "version": self.version,
         }
 
@@ -180,7 +184,7 @@ def _trial_forward(name: str, sessions: list[Session], graph: GraphInfo) -> None
     start-up, and the first request does not pay ORT's lazy initialisation."""
     feeds = sample_feeds(graph)
     first_output = [graph.outputs[0].name]
-    for session in sessions:
+    for session in {id(s): s for s in sessions}.values():
         try:
             session.run(first_output, feeds)
         except Exception as exc:  # noqa: BLE001 - ORT raises untyped errors
@@ -188,8 +192,9 @@ def _trial_forward(name: str, sessions: list[Session], graph: GraphInfo) -> None
 
 
 def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: Path | None = None,
-               progress: Progress | None = None) -> LoadedModel:
-    """Resolve (the tokenizer only where the family needs one), build `replicas` sessions, trial-run them."""
+               progress: Progress | None = None, threads: ModelThreads | None = None) -> LoadedModel:
+    """Resolve (the tokenizer only where the family needs one), build its sessions as `threads` says (else as the
+    thread plan of this model alone says: engine/threads.py), trial-run them."""
     from .. import families
 
     server = server or ServerConfig()
@@ -202,21 +207,25 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     plan = plan_eps(cfg)
     for ep, why in plan.skipped:
         log.warning("model %s: execution provider %s skipped: %s", cfg.name, ep, why)
+    if threads is None:
+        threads = plan_threads([(cfg.name, cfg, plan.resolved[0] == "cpu")], server).models[cfg.name]
     rss0 = rss_bytes()
     t1 = time.perf_counter()
-    sessions = [build_session(resolved.graph_path, cfg, plan, server.threads) for _ in range(cfg.replicas)]
+    built = [build_session(resolved.graph_path, cfg, plan, threads.threads) for _ in range(threads.sessions)]
+    sessions = built * threads.lanes if len(built) == 1 else built
+    wide = build_session(resolved.graph_path, cfg, plan, threads.wide, spinning=True) if threads.wide else None
     t_build = time.perf_counter() - t1
     rss_delta = rss_bytes() - rss0
     graph = graph_info(sessions[0])
-    _trial_forward(cfg.name, sessions, graph)
+    _trial_forward(cfg.name, sessions + ([wide] if wide is not None else []), graph)
     size = resolved.graph_path.stat().st_size + sum(
         (resolved.graph_path.parent / Path(rel).name).stat().st_size for rel in resolved.external_data)
     stats = {"file_bytes": size, "resolve_s": round(t_resolve, 3), "build_s": round(t_build, 3),
              "rss_delta_bytes": rss_delta}
     model = LoadedModel(config=cfg, resolved=resolved, sessions=sessions, graph=graph, eps=plan,
                         providers=actual_providers(sessions[0]), max_len=max_len, max_len_source=max_len_source,
-                        aux=aux, stats=stats)
-    log.info("model %s loaded: %s (%s), %.1f MiB, %d replica(s) built in %.2fs, RSS +%.1f MiB, EPs %s",
-             cfg.name, resolved.graph_file, resolved.source, size / 2**20, cfg.replicas, t_build,
+                        aux=aux, stats=stats, threads=threads, wide=wide)
+    log.info("model %s loaded: %s (%s), %.1f MiB, %s built in %.2fs, RSS +%.1f MiB, EPs %s",
+             cfg.name, resolved.graph_file, resolved.source, size / 2**20, threads.describe(), t_build,
              rss_delta / 2**20, ",".join(model.providers))
     return model

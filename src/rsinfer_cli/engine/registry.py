@@ -10,11 +10,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..config import Config, ModelConfig
+from ..config import Config, ModelConfig, ServerConfig
 from ..errors import InputError, KindMismatch, ModelLoadError, ModelNotFound, RsinferError, VersionNotFound
 from .model import LoadedModel, load_model
+from .session import plan_eps
+from .threads import ThreadPlan, plan_threads, usable_cpus
 
 log = logging.getLogger("rsinfer.engine")
+
+
+def plan_config(models: list[ModelConfig], server: ServerConfig) -> ThreadPlan:
+    """The thread plan of these models (every version its own) served together by one process."""
+    return plan_threads([(m.key, m, plan_eps(m).resolved[0] == "cpu") for m in models], server)
 
 
 class VersionRouter:
@@ -42,8 +49,11 @@ class VersionRouter:
 
 
 class Registry:
-    def __init__(self, models: dict[str, LoadedModel], configs: dict[str, ModelConfig] | None = None) -> None:
+    def __init__(self, models: dict[str, LoadedModel], configs: dict[str, ModelConfig] | None = None,
+                 plan: ThreadPlan | None = None) -> None:
         self.models = dict(sorted(models.items()))                   # by key (name, or name:version)
+        # how the CPU models share the CPUs (engine/threads.py); for models loaded elsewhere, what they were given
+        self.plan = plan or ThreadPlan(cpus=usable_cpus(), models={k: m.threads for k, m in self.models.items()})
         self.entries: dict[str, list[LoadedModel]] = {}              # by name: its versions, in config order
         for m in models.values():
             self.entries.setdefault(m.name, []).append(m)
@@ -72,13 +82,16 @@ class Registry:
                 where = f"model '{m.name}' (models[{i}])" if vc.version is None else \
                     f"model '{m.name}' version '{vc.version}' (models[{i}].versions[{k}])"
                 jobs.append((where, vc))
+        plan = plan_config([vc for _, vc in jobs], config.server)
+        for line in plan.lines():
+            (log.warning if line.startswith("warning: ") else log.info)("thread plan: %s", line)
         loaded: dict[str, LoadedModel] = {}
         failures: list[tuple[str, BaseException]] = []
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(jobs))), thread_name_prefix="load") as ex:
             def load(where: str, vc: ModelConfig) -> LoadedModel:
                 if on_load is not None:
                     on_load(where)
-                return load_model(vc, config.server, cache)
+                return load_model(vc, config.server, cache, threads=plan.models[vc.key])
 
             futures = [(where, ex.submit(load, where, vc)) for where, vc in jobs]
             for where, fut in futures:
@@ -92,7 +105,7 @@ class Registry:
         if failures:
             lines = "\n".join(f"  {w}: {e}" for w, e in failures)
             raise ModelLoadError(f"failed to load {len(failures)} model(s):\n{lines}") from failures[0][1]
-        return cls(loaded, {m.name: m for m in config.models})
+        return cls(loaded, {m.name: m for m in config.models}, plan)
 
     def versions(self, name: str) -> list[str]:
         return [m.version for m in self.entries.get(name, []) if m.version is not None]

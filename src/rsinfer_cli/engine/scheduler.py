@@ -15,6 +15,10 @@ Cancellation: a caller that goes away (client disconnect, request deadline) mark
 are dropped before they run and a direct job stops before its next forward.
 A row's forward runs on a worker thread, and the worker that completes a request's last row also builds its
 answer (`finish`), so a batched request crosses to worker threads twice at most: once to tokenize, once here.
+Lanes (engine/threads.py): the sessions are the model's narrow lanes (one forward each at a time). A planned CPU
+model also has a latency lane (`wide`, every CPU on one forward) and shares the process's `CpuBudget` with the other
+planned models: a narrow forward takes `cost` CPUs of it, and work that forms a single forward with nothing else
+running or waiting anywhere in the process goes to the latency lane, which takes all of them.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any, Protocol, TypeVar
 from ..errors import PoolTimeout, Saturated
 from .batching import plan_batches
 from .session import Session
+from .threads import CpuBudget
 
 log = logging.getLogger("rsinfer.engine")
 
@@ -149,11 +154,15 @@ class Scheduler:
     def __init__(self, name: str, sessions: Sequence[Session], forward: RowForward, executor: Executor, *,
                  batching: bool, max_rows: int, max_tokens: int, max_padding: int | None = None,
                  queue_rows: int = 1024, max_queue: int = 256, queue_timeout_s: float = 30.0,
-                 observer: Observer | None = None) -> None:
+                 observer: Observer | None = None, wide: Session | None = None, budget: CpuBudget | None = None,
+                 cost: int = 1) -> None:
         if not sessions:
             raise ValueError("a scheduler needs at least one session")
         self.name = name
         self.replicas = len(sessions)
+        self.wide = wide
+        self.budget = budget if budget is not None or wide is None else CpuBudget(len(sessions))
+        self.cost = cost
         self.forward = forward
         self.executor = executor
         self.batching = batching
@@ -171,15 +180,18 @@ class Scheduler:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
-    def for_model(cls, key: str, sessions: Sequence[Session], pipe: Forwarding, executor: Executor, *,
+    def for_model(cls, key: str, model: Any, pipe: Forwarding, executor: Executor, *,
                   queue_rows: int, max_queue: int, queue_timeout_ms: int, observer: Observer | None = None,
-                  forward: RowForward | None = None) -> Scheduler:
-        """A model's scheduler with its pipeline's batching settings and the server's admission limits;
-        `forward` replaces the pipeline's (the engine process tags rows with the front end they came from)."""
-        return cls(key, sessions, forward or pipe.forward, executor, batching=pipe.batching,
+                  forward: RowForward | None = None, budget: CpuBudget | None = None) -> Scheduler:
+        """A model's (`LoadedModel`) scheduler over its lanes, with its pipeline's batching settings and the server's
+        admission limits; a planned CPU model takes its CPUs from `budget`. `forward` replaces the pipeline's (the
+        engine process tags rows with the front end they came from)."""
+        planned = model.threads.budgeted
+        return cls(key, model.sessions, forward or pipe.forward, executor, batching=pipe.batching,
                    max_rows=pipe.max_rows, max_tokens=pipe.max_tokens, max_padding=pipe.max_padding,
                    queue_rows=queue_rows, max_queue=max_queue, queue_timeout_s=queue_timeout_ms / 1000,
-                   observer=observer)
+                   observer=observer, wide=model.wide, budget=budget if planned else None,
+                   cost=model.threads.threads)
 
     # ------------------------------------------------------------ lifetime and state
 
@@ -194,7 +206,7 @@ class Scheduler:
     def free(self) -> bool:
         """A replica is idle and nothing waits: a request now would start at once."""
         self._purge()
-        return bool(self._idle) and not self._queue
+        return self._slots() > 0 and not self._queue
 
     @property
     def waiting(self) -> int:
@@ -290,19 +302,47 @@ class Scheduler:
 
     # ------------------------------------------------------------ dispatch
 
+    def _slots(self) -> int:
+        """Narrow lanes that may start a forward now: idle ones, as far as the CPU budget has room."""
+        if self.budget is None:
+            return len(self._idle)
+        return min(len(self._idle), self.budget.free // self.cost)
+
+    def _alone(self) -> bool:
+        """A forward started now would run alone in the process: the latency lane may have every CPU."""
+        return (self.wide is not None and self.running == 0 and self.budget is not None
+                and self.budget.free == self.budget.total)
+
     def _dispatch(self) -> None:
         queue = self._queue
-        while self._idle and queue:
+        while queue:
             head = queue[0]
             if head.done:
                 queue.popleft()
-            elif head.direct is not None:
+                continue
+            slots = self._slots()
+            if slots == 0:
+                if self.budget is not None and self._idle:   # another model holds the CPUs: called back
+                    self.budget.wait(id(self), self._dispatch)
+                return
+            if head.direct is not None:
                 queue.popleft()
                 self._start(head)
-                session = self._idle.pop()
+                self._purge()
+                session = self._take(wide=not queue and self._alone())
                 self._launch(session, self._run_direct, (head, Runner(session, self.forward, self.observer, head)))
             else:
-                self._stage()
+                self._stage(slots)
+
+    def _take(self, wide: bool = False) -> Session:
+        """A lane for one forward (or train of forwards): the latency lane, else an idle narrow one; its CPUs come
+        out of the budget."""
+        if wide and self.wide is not None and self.budget is not None:
+            self.budget.take(self.budget.total)
+            return self.wide
+        if self.budget is not None:
+            self.budget.take(self.cost)
+        return self._idle.pop()
 
     def _start(self, job: _Job) -> None:
         if job.started is None:
@@ -310,10 +350,9 @@ class Scheduler:
             if self.observer is not None:
                 self.observer.waited(job.started - job.enqueued)
 
-    def _stage(self) -> None:
-        """Oldest rows first, up to `max_rows` per idle replica; those grouped by length into one train of
-        forwards per idle replica."""
-        idle = len(self._idle)
+    def _stage(self, idle: int) -> None:
+        """Oldest rows first, up to `max_rows` per idle lane; those grouped by length into one train of
+        forwards per idle lane (or the latency lane, for a single forward that would run alone)."""
         limit = self.max_rows * idle
         staged: list[tuple[_Job, int]] = []
         queue = self._queue
@@ -335,10 +374,15 @@ class Scheduler:
             return
         share = min(max(math.ceil(len(staged) / idle), 1), self.max_rows)
         chunks = plan_batches([job.costs[i] for job, i in staged], share, self.max_tokens, self.max_padding)
+        if len(chunks) == 1 and self._alone():
+            self._purge()
+            if not queue:
+                self._launch(self._take(wide=True), self._run_train, [[staged[i] for i in chunks[0]]])
+                return
         per_worker = math.ceil(len(chunks) / idle)
         for k in range(0, len(chunks), per_worker):
             train = [[staged[i] for i in c] for c in chunks[k:k + per_worker]]
-            self._launch(self._idle.pop(), self._run_train, train)
+            self._launch(self._take(), self._run_train, train)
 
     def _launch(self, session: Session, fn: Callable[[Session, Any], None], arg: Any) -> None:
         loop = self._get_loop()
@@ -348,9 +392,13 @@ class Scheduler:
 
     def _release(self, session: Session, fut: asyncio.Future[None]) -> None:
         self.running -= 1
-        self._idle.append(session)
         if not fut.cancelled() and fut.exception() is not None:  # a bug in the scheduler itself: say so
             log.error("model %s: worker failed: %r", self.name, fut.exception())
+        wide = session is self.wide
+        if not wide:
+            self._idle.append(session)
+        if self.budget is not None:   # its CPUs back (models waiting for them are called, in turn)
+            self.budget.give(self.budget.total if wide else self.cost)
         self._dispatch()
 
     # ------------------------------------------------------------ worker threads

@@ -83,23 +83,27 @@ def plan_eps(cfg: ModelConfig, available: list[str] | None = None) -> EpPlan:
                   options=tuple(provider_options(ep, cfg) for ep in resolved))
 
 
-def session_options(cfg: ModelConfig, threads: int = 0) -> Any:
+def session_options(cfg: ModelConfig, threads: int, spinning: bool | None = None) -> Any:
+    """`threads` intra-op threads (the thread plan's, engine/threads.py); `spinning` sets whether its idle pool
+    threads spin (None: ORT's default)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = LOG_LEVELS[cfg.ort_log_level]
-    so.intra_op_num_threads = cfg.intra_threads or threads  # 0 = ORT's default: all cores
+    so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
+    if spinning is not None:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return so
 
 
-def build_session(graph: Path, cfg: ModelConfig, plan: EpPlan, threads: int = 0) -> Session:
+def build_session(graph: Path, cfg: ModelConfig, plan: EpPlan, threads: int, spinning: bool | None = None) -> Session:
     import onnxruntime as ort
 
     providers = [(PROVIDERS[ep], opts) for ep, opts in zip(plan.resolved, plan.options, strict=True)]
     try:
-        session: Session = ort.InferenceSession(str(graph), sess_options=session_options(cfg, threads),
+        session: Session = ort.InferenceSession(str(graph), sess_options=session_options(cfg, threads, spinning),
                                                 providers=providers)
     except Exception as exc:  # noqa: BLE001 - ORT raises its own untyped errors
         raise ModelLoadError(f"onnxruntime cannot load {graph}: {exc}", model=cfg.name) from exc

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,6 +17,7 @@ from .. import families
 from ..config import Config
 from ..engine.registry import Registry
 from ..engine.scheduler import ModelQueue, Scheduler
+from ..engine.threads import CpuBudget
 from ..errors import ConfigError
 from ..pipelines import build_pipeline
 from .errors import RequestTimeout, Unauthorized, response_for, status_for
@@ -119,14 +119,15 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
                           middlewares=[front(config)])
     metrics = metrics or Metrics()
-    replicas = sum(m.replicas for m in registry.models.values()) if queues is None else 1
-    infer = ThreadPoolExecutor(max_workers=max(1, replicas), thread_name_prefix="infer")
-    prep = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="prep")
+    plan = registry.plan
+    infer = ThreadPoolExecutor(max_workers=plan.infer_threads if queues is None else 1, thread_name_prefix="infer")
+    prep = ThreadPoolExecutor(max_workers=plan.prep_threads, thread_name_prefix="prep")
     pipelines = {key: build_pipeline(m, config.server) for key, m in registry.models.items()}
+    budget = CpuBudget(plan.cpus.count)    # the planned CPU models' forwards share the CPUs (engine/threads.py)
     schedulers: dict[str, ModelQueue] = queues if queues is not None else {
-        key: Scheduler.for_model(key, m.sessions, pipelines[key], infer, queue_rows=m.config.batching.queue_rows,
+        key: Scheduler.for_model(key, m, pipelines[key], infer, queue_rows=m.config.batching.queue_rows,
                                  max_queue=config.server.max_queue, queue_timeout_ms=config.server.queue_timeout_ms,
-                                 observer=metrics.observer(m.name, m.version or ""))
+                                 observer=metrics.observer(m.name, m.version or ""), budget=budget)
         for key, m in registry.models.items()
     }
     state = ServerState(config=config, registry=registry, pipelines=pipelines, schedulers=schedulers,

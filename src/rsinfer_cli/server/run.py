@@ -12,6 +12,7 @@ from aiohttp import web
 
 from ..config import Config
 from ..engine.registry import Registry
+from ..engine.threads import limit_tokenizer_threads, usable_cpus
 from ..errors import ConfigError
 from .app import check_served, create_app
 from .state import STATE
@@ -81,6 +82,7 @@ def drain_seconds(config: Config) -> float:
 
 def serve(config: Config, host: str | None = None, port: int | None = None) -> None:
     check_served(config)
+    limit_tokenizer_threads(usable_cpus())   # inherited by worker processes too
     if config.server.workers != 1:
         from ..workers.supervisor import serve_workers, worker_count
 

@@ -27,6 +27,7 @@ from ..engine.model import LoadedModel
 from ..engine.registry import Registry
 from ..engine.scheduler import RowForward, Scheduler, as_is
 from ..engine.session import Session
+from ..engine.threads import CpuBudget
 from ..pipelines import build_pipeline
 from ..pipelines.base import RowPipeline
 from ..server.metrics import Metrics
@@ -38,7 +39,7 @@ log = logging.getLogger("rsinfer.engine")
 
 def shell(model: LoadedModel) -> LoadedModel:
     """The model as a front end holds it: everything but the sessions."""
-    return replace(model, sessions=[])
+    return replace(model, sessions=[], wide=None)
 
 
 class EngineServer:
@@ -46,8 +47,8 @@ class EngineServer:
         self.config = config
         self.registry = registry
         self.metrics = metrics
-        replicas = sum(m.replicas for m in registry.models.values())
-        self.executor = ThreadPoolExecutor(max_workers=max(1, replicas), thread_name_prefix="infer")
+        self.executor = ThreadPoolExecutor(max_workers=registry.plan.infer_threads, thread_name_prefix="infer")
+        budget = CpuBudget(registry.plan.cpus.count)   # the planned CPU models share the CPUs (engine/threads.py)
         self.pipelines: dict[str, RowPipeline] = {}
         self.schedulers: dict[str, Scheduler] = {}
         for key, m in registry.models.items():
@@ -55,9 +56,9 @@ class EngineServer:
             if config.server.cache is not None and m.config.cache:
                 pipe.identity()   # the graph digest of the cache keys, hashed once here for every front end
             self.schedulers[key] = Scheduler.for_model(
-                key, m.sessions, pipe, self.executor, queue_rows=m.config.batching.queue_rows,
+                key, m, pipe, self.executor, queue_rows=m.config.batching.queue_rows,
                 max_queue=config.server.max_queue, queue_timeout_ms=config.server.queue_timeout_ms,
-                observer=metrics.observer(m.name, m.version or ""), forward=self._tagged(pipe, m))
+                observer=metrics.observer(m.name, m.version or ""), forward=self._tagged(pipe, m), budget=budget)
         self._tasks: dict[tuple[ipc.Channel, int], asyncio.Task[None]] = {}
         self._channels: set[ipc.Channel] = set()
 

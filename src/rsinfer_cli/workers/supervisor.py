@@ -34,6 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..config import Config, ModelConfig, split_bind
+from ..engine.threads import usable_cpus
 from ..errors import ConfigError, RsinferError
 from . import ipc
 
@@ -54,10 +55,8 @@ def device_of(model: ModelConfig) -> str:
 
 
 def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    """The CPUs this process may use (affinity and cgroup quota: engine/threads.py)."""
+    return usable_cpus().count
 
 
 def worker_count(config: Config) -> int:

@@ -59,6 +59,7 @@ async def models(request: web.Request) -> web.Response:
             "provenance": public_provenance(card["provenance"]),
             "graph_file": card["graph_file"], "dtype": card["dtype"],
             "execution_providers": card["execution_providers"], "replicas": card["replicas"],
+            "threads": {**card["threads"], "cpus": state.registry.plan.cpus.count},
             "max_len": card["max_len"], "default": state.registry.defaults.get(m.kind) == name,
             "pipeline": pipe.describe() if pipe is not None else {"kind": m.kind},
         })

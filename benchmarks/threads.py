@@ -1,0 +1,191 @@
+"""The CPU thread plan (engine/threads.py) against the raw ONNX Runtime pipeline and hand-written plans, in one run.
+
+    .venv/bin/python benchmarks/threads.py          # appends a section to benchmarks/RESULTS.md
+
+all-minilm-l6-v2 from ../shared/models on this machine, one model per server, batching on (the default):
+  - the baselines, in this process on the same texts: the sorted-batch ceiling (tokenize + session.run + mean
+    pooling over length-sorted batches of the best size, the best of 2 sessions x 1 thread and 1 session x 2
+    threads), and the raw single forward (one text, tokenize + run + pool, p50) with 1 and with 2 threads;
+  - `rsinfer serve` with the default config (no `replicas`, no `intra_threads`: the plan), then the hand-written
+    plans of the issue (2 x 2 = the old default of "all cores per replica", 2 x 1, 1 x 2), the default with
+    `server.workers: 2`, and the default pinned to one CPU (`taskset -c 0`, against the one-thread ceiling).
+Per server: 64 clients x 1 short query, 8 clients x 16 mixed texts, one client x one short query (p50), the mean
+forward inside the server (from /metrics, over the one-client run) and the server's peak RSS. Every loop is bounded
+in count and time; the load generator is in this process, on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+from _serve import Serve, append_results, forward_mean_ms, peak_rss_bytes
+from batching import SHARED, drive, machine, mixed, queries
+
+ROOT = Path(__file__).resolve().parent
+MODEL = SHARED / "all-minilm-l6-v2"
+
+
+# ---------------------------------------------------------------- the raw pipeline, in this process
+
+
+class Raw:
+    def __init__(self) -> None:
+        from tokenizers import Tokenizer
+
+        self.tok = Tokenizer.from_file(str(MODEL / "tokenizer.json"))
+        self.tok.no_padding()
+        self.tok.enable_truncation(256)
+
+    def session(self, threads: int):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        return ort.InferenceSession(str(MODEL / "onnx/model.onnx"), so, providers=["CPUExecutionProvider"])
+
+    def embed(self, sess, texts: list[str]) -> np.ndarray:
+        encs = self.tok.encode_batch(texts)
+        width = max(len(e.ids) for e in encs)
+        ids = np.zeros((len(encs), width), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for i, e in enumerate(encs):
+            ids[i, :len(e.ids)] = e.ids
+            mask[i, :len(e.ids)] = 1
+        (h,) = sess.run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask,
+                                                "token_type_ids": np.zeros_like(ids)})
+        v = (h * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    def ceiling(self, texts: list[str], batch_sizes: list[int], sessions: int, threads: int) -> tuple[float, int]:
+        """Best texts/s over batch sizes of length-sorted chunks, `sessions` sessions of `threads` threads side by
+        side; (rate, batch)."""
+        sess = [self.session(threads) for _ in range(sessions)]
+        ordered = sorted(texts, key=len)
+        best, best_b = 0.0, 1
+        for b in batch_sizes:
+            chunks = [ordered[i:i + b] for i in range(0, len(ordered), b)]
+            for s in sess:
+                self.embed(s, chunks[0])
+            t0 = time.perf_counter()
+            workers = [threading.Thread(target=lambda s=s, part=chunks[k::sessions]: [self.embed(s, c) for c in part])
+                       for k, s in enumerate(sess)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            rate = len(texts) / (time.perf_counter() - t0)
+            if rate > best:
+                best, best_b = rate, b
+        return best, best_b
+
+    def single_p50_ms(self, texts: list[str], threads: int) -> float:
+        s = self.session(threads)
+        for t in texts[:20]:
+            self.embed(s, [t])
+        lat = []
+        for t in texts:
+            t0 = time.perf_counter()
+            self.embed(s, [t])
+            lat.append(time.perf_counter() - t0)
+        return statistics.median(lat) * 1000
+
+
+# ---------------------------------------------------------------- the server
+
+
+def model_yaml(extra: str = "") -> str:
+    return f"  - {{name: mini, kind: embedding, path: '{MODEL}'{', ' + extra if extra else ''}}}\n"
+
+
+def measure(srv: Serve, loads: dict, max_s: float, only: tuple[str, ...] | None = None) -> dict:
+    out: dict = {}
+    plan = httpx.get(srv.url + "/v1/models").json()["data"][0]["threads"]
+    out["plan"] = (f"{plan['lanes']} x {plan['threads']}" + (f" + lane {plan['latency_lane_threads']}"
+                                                              if plan["latency_lane_threads"] else "")
+                   + f" on {plan['cpus']} CPU{'s' if plan['cpus'] > 1 else ''} ({plan['source']})")
+    for name, (bodies, clients) in loads.items():
+        if only and name not in only:
+            continue
+        out[name] = asyncio.run(drive(srv.url, "/v1/embeddings", bodies, clients, max_s))
+        if name == "latency":
+            out["forward_ms"] = forward_mean_ms(srv.url)
+    out["rss_gb"] = peak_rss_bytes(srv.proc.pid) / 1e9
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--max-seconds", type=float, default=20, help="per workload and server")
+    ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
+    args = ap.parse_args()
+    short = queries(3000, 1)
+    mixed_texts = mixed(1600, 2)
+    loads = {  # run in this order: the one-client run first, so the forward mean is its own
+        "latency": ([{"model": "mini", "input": q} for q in short[:400]], 1),
+        "short": ([{"model": "mini", "input": q} for q in short], 64),
+        "mixed": ([{"model": "mini", "input": mixed_texts[k:k + 16]} for k in range(0, 1600, 16)], 8),
+    }
+    raw = Raw()
+    c_short = max(raw.ceiling(short[:1000], [1, 8, 16, 32, 64], s, t) for s, t in ((2, 1), (1, 2)))
+    c_mixed = max(raw.ceiling(mixed_texts, [1, 4, 8, 16], s, t) for s, t in ((2, 1), (1, 2)))
+    single = {t: raw.single_p50_ms(short[:300], t) for t in (1, 2)}
+    best_single = min(single.values())
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(affinity)})          # the one-CPU ceiling: this thread on one CPU
+    try:
+        c_one = raw.ceiling(short[:1000], [1, 8, 16, 32, 64], 1, 1)
+    finally:
+        os.sched_setaffinity(0, affinity)
+
+    servers = [
+        ("default (no thread settings)", "", "", None),
+        ("2 x 2 threads (the old default: every core per replica)", "replicas: 2, intra_threads: 2", "", None),
+        ("2 x 1 thread", "replicas: 2, intra_threads: 1", "", None),
+        ("1 x 2 threads", "replicas: 1, intra_threads: 2", "", None),
+        ("default, server.workers: 2", "", "workers: 2", None),
+        ("default, taskset -c 0 (one CPU)", "", "", str(min(affinity))),
+    ]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, (label, extra, server_yaml, cpus) in enumerate(servers):
+            with Serve(model_yaml(extra), Path(tmp), server_yaml, name=f"threads{k}", cpus=cpus) as srv:
+                results[label] = measure(srv, loads, args.max_seconds, ("short",) if cpus else None)
+
+    def texts_s(r: dict, name: str) -> float:
+        return r[name]["rps"] * (16 if name == "mixed" else 1)
+
+    lines = ["", "## Threads and CPUs: the default plan against the raw pipeline", "",
+             f"Machine: {machine()}; CPUs this process may use: {len(affinity)}. Reproduce: "
+             "`.venv/bin/python benchmarks/threads.py`. all-MiniLM-L6-v2 fp32, batching on, one run.", "",
+             f"Baselines (in-process, same texts): sorted-batch ceiling {c_short[0]:.0f} short texts/s (batch "
+             f"{c_short[1]}), {c_mixed[0]:.0f} mixed texts/s (batch {c_mixed[1]}), best of 2 x 1 and 1 x 2; "
+             f"one-thread ceiling {c_one[0]:.0f} short texts/s; raw single forward (tokenize + run + pool) p50 "
+             f"{single[1]:.2f} ms on 1 thread, {single[2]:.2f} ms on 2.", "",
+             "| server config | resolved plan | 64 x 1 short (texts/s, / ceiling) | 8 x 16 mixed (texts/s, / ceiling) "
+             "| 1 client p50 (ms, - best raw) | forward in server (ms) | peak RSS (GB) | errors |",
+             "|---|---|---|---|---|---|---|---|"]
+    for label, r in results.items():
+        ceil = c_one[0] if "taskset" in label else c_short[0]
+        s = f"{texts_s(r, 'short'):.0f} ({texts_s(r, 'short') / ceil:.2f})"
+        m = f"{texts_s(r, 'mixed'):.0f} ({texts_s(r, 'mixed') / c_mixed[0]:.2f})" if "mixed" in r else "-"
+        lat = f"{r['latency']['p50_ms']:.2f} ({r['latency']['p50_ms'] - best_single:+.2f})" if "latency" in r else "-"
+        fwd = f"{r['forward_ms']:.2f}" if "forward_ms" in r else "-"
+        errors = sum(r[n]["errors"] for n in ("short", "mixed", "latency") if n in r)
+        lines.append(f"| {label} | {r['plan']} | {s} | {m} | {lat} | {fwd} | {r['rss_gb']:.2f} | {errors} |")
+    lines.append("")
+    return append_results(args.out, lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
