@@ -120,7 +120,19 @@ def measure(srv: Serve, loads: dict, max_s: float, only: tuple[str, ...] | None 
         out[name] = asyncio.run(drive(srv.url, "/v1/embeddings", bodies, clients, max_s))
         if name == "latency":
             out["forward_ms"] = forward_mean_ms(srv.url)
-    out["rss_gb"] = peak_rss_bytes(srv.proc.pid) / 1e9
+    out["rss_gb"] = sum(peak_rss_bytes(pid) for pid in tree(srv.proc.pid)) / 1e9
+    return out
+
+
+def tree(pid: int) -> list[int]:
+    """A process and its descendants (worker processes: the supervisor, the engine, the front ends)."""
+    out = [pid]
+    for p in out:
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
     return out
 
 
@@ -128,6 +140,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-seconds", type=float, default=20, help="per workload and server")
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
+    ap.add_argument("--servers", help="only the server rows whose label contains one of these (comma-separated)")
     args = ap.parse_args()
     short = queries(3000, 1)
     mixed_texts = mixed(1600, 2)
@@ -156,6 +169,8 @@ def main() -> int:
         ("default, server.workers: 2", "", "workers: 2", None),
         ("default, taskset -c 0 (one CPU)", "", "", str(min(affinity))),
     ]
+    if args.servers:
+        servers = [s for s in servers if any(w in s[0] for w in args.servers.split(","))]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for k, (label, extra, server_yaml, cpus) in enumerate(servers):
@@ -173,7 +188,7 @@ def main() -> int:
              f"one-thread ceiling {c_one[0]:.0f} short texts/s; raw single forward (tokenize + run + pool) p50 "
              f"{single[1]:.2f} ms on 1 thread, {single[2]:.2f} ms on 2.", "",
              "| server config | resolved plan | 64 x 1 short (texts/s, / ceiling) | 8 x 16 mixed (texts/s, / ceiling) "
-             "| 1 client p50 (ms, - best raw) | forward in server (ms) | peak RSS (GB) | errors |",
+             "| 1 client p50 (ms, - best raw) | forward in server (ms) | peak RSS (GB, every process) | errors |",
              "|---|---|---|---|---|---|---|---|"]
     for label, r in results.items():
         ceil = c_one[0] if "taskset" in label else c_short[0]

@@ -14,7 +14,8 @@ import pytest
 import synth
 from conftest import ROOT
 
-HEAVY = ("onnxruntime", "numpy", "aiohttp", "tokenizers", "huggingface_hub", "prometheus_client")
+# what no help screen needs; pydantic: typer 0.29 builds a pydantic adapter per option (+70 ms a subcommand's help)
+HEAVY = ("onnxruntime", "numpy", "aiohttp", "tokenizers", "huggingface_hub", "prometheus_client", "pydantic")
 
 
 def rsinfer(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -22,7 +23,8 @@ def rsinfer(*args: str, env: dict | None = None, timeout: float = 120) -> subpro
                           timeout=timeout, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["inspect", "--help"], ["download", "--help"], ["--version"]])
+@pytest.mark.parametrize("argv", [["--help"], ["--version"]] + [[c, "--help"] for c in (
+    "serve", "inspect", "download", "embed", "rerank", "redact", "detect", "classify", "bench", "openapi")])
 def test_help_imports_nothing_heavy(argv):
     code = ("import sys\nfrom rsinfer_cli.cli.app import main\n"
             f"try:\n    main({argv!r})\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
