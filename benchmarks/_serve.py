@@ -50,6 +50,16 @@ def forward_mean_ms(url: str, model: str = "mini") -> float:
     return 1000 * got.get("sum", 0.0) / got["count"] if got.get("count") else 0.0
 
 
+def plan_of(url: str, model: str = "mini") -> str:
+    """The thread plan a running server resolved for a model (from /v1/models), for a results table."""
+    import httpx
+
+    t = next(m for m in httpx.get(url + "/v1/models").json()["data"] if m["id"] == model)["threads"]
+    lane = f" + a latency lane of {t['latency_lane_threads']}" if t["latency_lane_threads"] else ""
+    return f"{t['lanes']} x {t['threads']} thread{'s' if t['threads'] > 1 else ''}{lane} on {t['cpus']} CPUs " \
+           f"({t['source']})"
+
+
 def peak_rss_bytes(pid: int) -> int:
     """A process's peak resident memory (VmHWM) so far."""
     with open(f"/proc/{pid}/status") as f:

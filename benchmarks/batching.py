@@ -5,7 +5,8 @@
 Measured on the same machine in the same run, reported as ratios (the machines are shared and noisy):
   (a) the ceiling: the best in-process tokenize + session.run + pooling throughput over batch sizes, on the same
       texts, with two sessions x one intra-op thread (the fastest layout on 2 cores, design.md section 11);
-  (b) `rsinfer serve` with batching on, (c) with batching off - both two replicas x one thread;
+  (b) `rsinfer serve` with batching on, (c) with batching off - both with the default thread plan (no replicas or
+      intra_threads; the plan each resolved is printed beside the table);
 for 64 concurrent one-text clients (short queries), 8 clients x 16 mixed-length texts, one client with one
 text (latency), rerank (1 query x 20 documents) and PII (one paragraph per request). The load generator is an
 asyncio client in this process on 127.0.0.1; every loop is bounded in count and time.
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _serve import Serve
+from _serve import Serve, plan_of
 
 ROOT = Path(__file__).resolve().parent
 SHARED = Path(os.environ.get("RSINFER_SHARED_MODELS") or ROOT.parents[1] / "shared" / "models")
@@ -96,7 +97,7 @@ def ceiling(model_dir: Path, texts: list[str], batch_sizes: list[int]) -> tuple[
 
 
 def server(batching: bool, tmp: Path) -> Serve:
-    common = f"replicas: 2, intra_threads: 1, batching: {{enabled: {str(batching).lower()}}}"
+    common = f"batching: {{enabled: {str(batching).lower()}}}"
     models = (f"  - {{name: mini, kind: embedding, path: '{SHARED / 'all-minilm-l6-v2'}', {common}}}\n"
               f"  - {{name: rr, kind: rerank, path: '{SHARED / 'tiny-reranker-1'}', {common}}}\n"
               f"  - {{name: pii, kind: pii, path: '{SHARED / 'rampart-pii'}', {common}}}\n")
@@ -214,10 +215,13 @@ def main() -> int:
     loads = workloads()
     ceil_short, b_short, ceil_mixed, b_mixed = ceilings(loads)
     results: dict[str, dict[str, dict]] = {}
+    plans: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for batching in (True, False):
             srv = server(batching, Path(tmp))
             try:
+                if batching:
+                    plans = {m: plan_of(srv.url, m) for m in ("mini", "rr", "pii")}
                 for name, (route, bodies, clients, _) in loads.items():
                     r = asyncio.run(drive(srv.url, route, bodies, clients, args.max_seconds))
                     results.setdefault(name, {})["on" if batching else "off"] = r
@@ -236,7 +240,8 @@ def main() -> int:
             "Reproduce: `.venv/bin/python benchmarks/batching.py` (writes this file). Ceiling = best in-process "
             "tokenize + session.run + mean pooling over batch sizes on the same texts, two sessions x one thread: "
             f"{ceil_short:.1f} texts/s for the short queries (batch {b_short}), {ceil_mixed:.1f} texts/s for the "
-            f"mixed texts (batch {b_mixed}). Server: two replicas x one intra-op thread, batching on vs off.", "",
+            f"mixed texts (batch {b_mixed}). Server: the default config, batching on vs off; its thread plan: "
+            + "; ".join(f"{m} {p}" for m, p in plans.items()) + ".", "",
             "| workload | texts/s on | texts/s off | on / off | on / ceiling | p50 on (ms) | p50 off (ms) | errors |",
             "|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/cache.py          # appends a section to benchmarks/RESULTS.md (needs redis-server)
 
 10,000 distinct short queries drawn with Zipf s = 1.1 (a few queries very often, most rarely: retrieval traffic),
-64 clients, one query per request to /v1/embeddings; all-MiniLM-L6-v2 fp32, two replicas x one thread, batching
-on. The same request sequence for each mode; each server starts cold. Every loop is bounded in count and time.
+64 clients, one query per request to /v1/embeddings; all-MiniLM-L6-v2 fp32, the default thread plan,
+batching on. The same request sequence for each mode; each server starts cold. Every loop is bounded in count and time.
 """
 
 from __future__ import annotations
@@ -63,8 +63,7 @@ def main() -> int:
     args = ap.parse_args()
     stream = zipf_stream(args.requests, 10_000, 1.1, 5)
     bodies = [{"model": "mini", "input": q} for q in stream]
-    model = (f"  - {{name: mini, kind: embedding, path: '{SHARED / 'all-minilm-l6-v2'}', replicas: 2, "
-             "intra_threads: 1}\n")
+    model = f"  - {{name: mini, kind: embedding, path: '{SHARED / 'all-minilm-l6-v2'}'}}\n"
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         redis_proc, url = start_redis(Path(tmp))
@@ -84,7 +83,7 @@ def main() -> int:
     lines = ["", "## Row cache: Zipf query stream (s = 1.1 over 10,000 queries, 64 clients)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/cache.py` (one run, "
              f"{args.max_seconds:.0f} s per mode, each server cold at its start, the same request sequence each "
-             "time). all-MiniLM-L6-v2 fp32, two replicas x one thread, batching on. In the requests the no-cache "
+             "time). all-MiniLM-L6-v2 fp32, the default thread plan, batching on. In the requests the no-cache "
              "run got through, "
              f"{distinct_share:.0%} were distinct queries.", "",
              "| mode | requests/s | vs no cache | p50 (ms) | p99 (ms) | errors |", "|---|---|---|---|---|---|"]

@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/engine.py --before-src /path/to/old/checkout/src   # appends to RESULTS.md
 
-Same machine, same run, same texts; all-MiniLM-L6-v2 fp32, two replicas x one intra-op thread, batching on.
+Same machine, same run, same texts; all-MiniLM-L6-v2 fp32, two replicas x one intra-op thread, batching on (set
+by hand on both servers, not the default plan: an older checkout's defaults differ, and this compares engines).
   - latency: one client, one short query at a time: p50 over HTTP vs the raw pipeline in-process (tokenizers ->
     session.run -> mean pooling -> normalise) at batch 1 with one thread; the difference is what HTTP adds;
   - throughput: 64 clients x 1 short query and 8 clients x 16 mixed texts, as a ratio to the ceiling: the same

@@ -30,7 +30,7 @@ REQUESTS = 3000
 def measured(bodies: list[dict]) -> tuple[float, float, float]:
     """(front-end CPU µs per request, forward ms per request, requests/s) on a real serve."""
     with tempfile.TemporaryDirectory() as tmp:
-        srv = Serve(f"  - {{name: mini, kind: embedding, path: '{MODEL}', replicas: 2, intra_threads: 1}}\n",
+        srv = Serve(f"  - {{name: mini, kind: embedding, path: '{MODEL}'}}\n",
                     Path(tmp), "max_queue: 1024", name="cost")
         try:
             asyncio.run(drive(srv.url, "/v1/embeddings", bodies[:200], 8, 30))  # warm
@@ -50,7 +50,7 @@ def profile(bodies: list[dict]) -> str:
     from serverutil import ServerThread
 
     cfg = parse_config({"server": {"max_queue": 1024}, "models": [
-        {"name": "mini", "kind": "embedding", "path": str(MODEL), "replicas": 2, "intra_threads": 1}]})
+        {"name": "mini", "kind": "embedding", "path": str(MODEL)}]})
     with ServerThread(cfg) as srv:
         prof = profiled(srv, "/v1/embeddings", bodies, 8)
     out = io.StringIO()
@@ -65,7 +65,7 @@ def main() -> int:
     rows = [line for line in text.splitlines() if re.match(r"\s+\d", line)][:12]
     lines = ["", "## Front-end cost per request (groundwork for worker processes)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/frontend_cost.py` (one run). A real "
-             f"`rsinfer serve` (all-MiniLM-L6-v2, two replicas x one thread), {REQUESTS} requests of one short query "
+             f"`rsinfer serve` (all-MiniLM-L6-v2, the default thread plan), {REQUESTS} requests of one short query "
              f"from 8 clients: {rps:.0f} requests/s, forward {forward_ms:.2f} ms per request, and "
              f"**{per_request_us:.0f} µs of CPU per request outside the forward** (the process's CPU minus the "
              "forwards'; the target for a front end is 150 µs).", "",

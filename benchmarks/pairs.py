@@ -43,7 +43,7 @@ def main() -> int:
     shared = Path(os.environ.get("RSINFER_SHARED_MODELS") or Path(__file__).resolve().parents[2] / "shared/models")
     ap.add_argument("--model-dir", type=Path)
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--replicas", type=int, default=0, help="0: the default thread plan")
     args = ap.parse_args()
     kind, route, body, pairs = workload(args.family)
     model_dir = args.model_dir or shared / ("tiny-reranker-1" if kind == "rerank" else "tiny-nli")
@@ -68,7 +68,8 @@ def main() -> int:
 
     import httpx
 
-    model = f"  - {{name: m, kind: {kind}, path: '{model_dir}', replicas: {args.replicas}}}\n"
+    replicas = f", replicas: {args.replicas}" if args.replicas else ""
+    model = f"  - {{name: m, kind: {kind}, path: '{model_dir}'{replicas}}}\n"
     with tempfile.TemporaryDirectory() as tmp, Serve(model, Path(tmp)) as srv, \
             httpx.Client(base_url=srv.url, timeout=120) as c:
         assert c.post(route, json=body).status_code == 200

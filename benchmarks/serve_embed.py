@@ -147,14 +147,15 @@ def main() -> int:
     ap.add_argument("--texts", type=int, default=600)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-seconds", type=float, default=60)
-    ap.add_argument("--intra-threads", type=int, default=1)
+    ap.add_argument("--intra-threads", type=int, default=0, help="0: the default thread plan")
     ap.add_argument("--batching", choices=["on", "off"], default="on")
     args = ap.parse_args()
     query = "what is the capital of france"
     texts = corpus(args.texts)
     raw = raw_baselines(args.model_dir, query, texts, args.reps)
-    model = (f"  - {{name: mini, kind: embedding, path: '{args.model_dir}', replicas: 2, "
-             f"intra_threads: {args.intra_threads}, batching: {{enabled: {args.batching == 'on'}}}}}\n")
+    threads = f"replicas: 2, intra_threads: {args.intra_threads}, " if args.intra_threads else ""
+    model = (f"  - {{name: mini, kind: embedding, path: '{args.model_dir}', {threads}"
+             f"batching: {{enabled: {args.batching == 'on'}}}}}\n")
     with tempfile.TemporaryDirectory() as tmp, Serve(model, Path(tmp)) as srv:
         http = asyncio.run(http_bench(srv.url, query, texts, args.reps, args.concurrency, args.max_seconds))
     js = json_cost()

@@ -26,9 +26,8 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
-from _serve import Serve, append_results, forward_mean_ms, peak_rss_bytes
+from _serve import Serve, append_results, forward_mean_ms, peak_rss_bytes, plan_of
 from batching import SHARED, drive, machine, mixed, queries
 
 ROOT = Path(__file__).resolve().parent
@@ -110,10 +109,7 @@ def model_yaml(extra: str = "") -> str:
 
 def measure(srv: Serve, loads: dict, max_s: float, only: tuple[str, ...] | None = None) -> dict:
     out: dict = {}
-    plan = httpx.get(srv.url + "/v1/models").json()["data"][0]["threads"]
-    out["plan"] = (f"{plan['lanes']} x {plan['threads']}" + (f" + lane {plan['latency_lane_threads']}"
-                                                              if plan["latency_lane_threads"] else "")
-                   + f" on {plan['cpus']} CPU{'s' if plan['cpus'] > 1 else ''} ({plan['source']})")
+    out["plan"] = plan_of(srv.url)
     for name, (bodies, clients) in loads.items():
         if only and name not in only:
             continue

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/workers.py [--workers 1 2 4] [--max-seconds 20]   # appends to RESULTS.md
 
 For each worker count: `rsinfer serve` with the batching benchmark's config (MiniLM, a reranker, a PII model;
-two replicas x one intra-op thread each, batching on) and every workload of benchmarks/batching.py, against the
+the default thread plan, batching on) and every workload of benchmarks/batching.py, against the
 in-process ceiling of the same texts (tokenizers -> session.run -> pooling in length-sorted batches of the best
 size, two sessions x one thread). Then the CPU a front end spends per single-short-query request outside the
 forward (the front-end processes' user+sys CPU over the run / requests; the forward is in the engine process),
@@ -43,7 +43,7 @@ def pids(srv: Serve) -> tuple[list[int], list[int]]:
 
 
 def server(workers: int, tmp: Path, model: Path = MODEL) -> Serve:
-    common = "replicas: 2, intra_threads: 1, batching: {enabled: true}"
+    common = "batching: {enabled: true}"   # the default thread plan
     models = (f"  - {{name: mini, kind: embedding, path: '{model}', {common}}}\n"
               f"  - {{name: rr, kind: rerank, path: '{SHARED / 'tiny-reranker-1'}', {common}}}\n"
               f"  - {{name: pii, kind: pii, path: '{SHARED / 'rampart-pii'}', {common}}}\n")
@@ -73,7 +73,7 @@ def profile(bodies: list[dict], model: Path) -> pstats.Stats:
     from rsinfer_cli.config import parse_config
 
     cfg = parse_config({"server": {"max_queue": 1024}, "models": [
-        {"name": "mini", "kind": "embedding", "path": str(model), "replicas": 2, "intra_threads": 1}]})
+        {"name": "mini", "kind": "embedding", "path": str(model)}]})
     with ServerThread(cfg, mode="workers") as srv:   # CPU clock of the loop thread: waits and preemption do not count
         prof = profiled(srv, "/v1/embeddings", bodies, 8, time.thread_time)
     stats = pstats.Stats(prof, stream=io.StringIO()).strip_dirs()
