@@ -4,7 +4,7 @@
 
 Measured on the same machine in the same run, reported as ratios (the machines are shared and noisy):
   (a) the ceiling: the best in-process tokenize + session.run + pooling throughput over batch sizes, on the same
-      texts, with two sessions x one intra-op thread (the fastest layout on 2 cores, design.md section 11);
+      texts, the best of two sessions x one intra-op thread and one session x two;
   (b) `rsinfer serve` with batching on, (c) with batching off - both with the default thread plan (no replicas or
       intra_threads; the plan each resolved is printed beside the table);
 for 64 concurrent one-text clients (short queries), 8 clients x 16 mixed-length texts, one client with one
@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import random
+import statistics
 import sys
 import tempfile
 import threading
@@ -49,20 +50,27 @@ def queries(n: int, seed: int) -> list[str]:
 # ---------------------------------------------------------------- (a) the in-process ceiling
 
 
-def ceiling(model_dir: Path, texts: list[str], batch_sizes: list[int]) -> tuple[float, int]:
-    import onnxruntime as ort
-    from tokenizers import Tokenizer
+class Raw:
+    """The raw pipeline in this process: tokenizers -> session.run -> mean pooling, the baseline of a server."""
 
-    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    tok.no_padding()
-    tok.enable_truncation(256)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    sessions = [ort.InferenceSession(str(model_dir / "onnx/model.onnx"), so, providers=["CPUExecutionProvider"])
-                for _ in range(2)]
+    def __init__(self, model_dir: Path) -> None:
+        from tokenizers import Tokenizer
 
-    def embed(sess, chunk: list[str]) -> None:
-        encs = tok.encode_batch(chunk)
+        self.model_dir = model_dir
+        self.tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.tok.no_padding()
+        self.tok.enable_truncation(256)
+
+    def session(self, threads: int):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        return ort.InferenceSession(str(self.model_dir / "onnx/model.onnx"), so, providers=["CPUExecutionProvider"])
+
+    def embed(self, sess, texts: list[str]) -> np.ndarray:
+        encs = self.tok.encode_batch(texts)
         width = max(len(e.ids) for e in encs)
         ids = np.zeros((len(encs), width), dtype=np.int64)
         mask = np.zeros_like(ids)
@@ -72,25 +80,48 @@ def ceiling(model_dir: Path, texts: list[str], batch_sizes: list[int]) -> tuple[
         (h,) = sess.run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask,
                                                 "token_type_ids": np.zeros_like(ids)})
         v = (h * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
-        _ = v / np.linalg.norm(v, axis=1, keepdims=True)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
 
-    best, best_b = 0.0, 1
-    ordered = sorted(texts, key=len)  # the ceiling gets length-sorted chunks: its best case
-    for b in batch_sizes:
-        chunks = [ordered[i:i + b] for i in range(0, len(ordered), b)]
-        for s in sessions:
-            embed(s, chunks[0])
-        t0 = time.perf_counter()
-        threads = [threading.Thread(target=lambda s=s, part=chunks[k::2]: [embed(s, c) for c in part])
-                   for k, s in enumerate(sessions)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        rate = len(texts) / (time.perf_counter() - t0)
-        if rate > best:
-            best, best_b = rate, b
-    return best, best_b
+    def ceiling(self, texts: list[str], batch_sizes: list[int], sessions: int, threads: int) -> tuple[float, int]:
+        """Best texts/s over batch sizes of length-sorted chunks, `sessions` sessions of `threads` threads side by
+        side; (rate, batch)."""
+        sess = [self.session(threads) for _ in range(sessions)]
+        ordered = sorted(texts, key=len)
+        best, best_b = 0.0, 1
+        for b in batch_sizes:
+            chunks = [ordered[i:i + b] for i in range(0, len(ordered), b)]
+            for s in sess:
+                self.embed(s, chunks[0])
+            t0 = time.perf_counter()
+            workers = [threading.Thread(target=lambda s=s, part=chunks[k::sessions]: [self.embed(s, c) for c in part])
+                       for k, s in enumerate(sess)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            rate = len(texts) / (time.perf_counter() - t0)
+            if rate > best:
+                best, best_b = rate, b
+        return best, best_b
+
+    def single_p50_ms(self, texts: list[str], threads: int) -> float:
+        s = self.session(threads)
+        for t in texts[:20]:
+            self.embed(s, [t])
+        lat = []
+        for t in texts:
+            t0 = time.perf_counter()
+            self.embed(s, [t])
+            lat.append(time.perf_counter() - t0)
+        return statistics.median(lat) * 1000
+
+
+
+def ceiling(model_dir: Path, texts: list[str], batch_sizes: list[int]) -> tuple[float, int]:
+    """The best in-process texts/s over batch sizes of length-sorted chunks, and its batch size: the best of two
+    sessions x one thread and one session x two threads."""
+    raw = Raw(model_dir)
+    return max(raw.ceiling(texts, batch_sizes, s, t) for s, t in ((2, 1), (1, 2)))
 
 
 # ---------------------------------------------------------------- (b)/(c) the server
@@ -238,7 +269,8 @@ def main() -> int:
                      "errors": on["errors"] + off["errors"]})
     text = ["# Batching benchmark", "", f"Machine: {machine()}.", "",
             "Reproduce: `.venv/bin/python benchmarks/batching.py` (writes this file). Ceiling = best in-process "
-            "tokenize + session.run + mean pooling over batch sizes on the same texts, two sessions x one thread: "
+            "tokenize + session.run + mean pooling over batch sizes on the same texts, the best of 2 sessions x 1 "
+            "thread and 1 x 2: "
             f"{ceil_short:.1f} texts/s for the short queries (batch {b_short}), {ceil_mixed:.1f} texts/s for the "
             f"mixed texts (batch {b_mixed}). Server: the default config, batching on vs off; its thread plan: "
             + "; ".join(f"{m} {p}" for m, p in plans.items()) + ".", "",

@@ -7,7 +7,7 @@ by hand on both servers, not the default plan: an older checkout's defaults diff
   - latency: one client, one short query at a time: p50 over HTTP vs the raw pipeline in-process (tokenizers ->
     session.run -> mean pooling -> normalise) at batch 1 with one thread; the difference is what HTTP adds;
   - throughput: 64 clients x 1 short query and 8 clients x 16 mixed texts, as a ratio to the ceiling: the same
-    texts in-process in length-sorted batches of the best size on two sessions x one thread;
+    texts in-process in length-sorted batches of the best size (the best of two sessions x one thread and one x two);
   - fairness: 128 and 256 clients x 1 short query, p95 / p50.
 The load generator is a bare asyncio HTTP/1.1 client on 127.0.0.1 in this process; every loop is bounded.
 """
@@ -104,9 +104,9 @@ def main() -> int:
              f"<old checkout>/src` (one run, {args.rounds} interleaved rounds of {args.max_seconds:.0f} s per "
              "workload; both servers are all-MiniLM-L6-v2 fp32, two replicas x one thread, "
              "batching on). Raw in-process pipeline at batch 1, one thread: "
-             f"p50 {raw_p50:.2f} ms. Ceiling (same texts, length-sorted batches of the best size, two sessions x "
-             f"one thread): {ceil_short:.1f} texts/s short queries (batch {b_short}), {ceil_mixed:.1f} texts/s "
-             f"mixed (batch {b_mixed}).", "",
+             f"p50 {raw_p50:.2f} ms. Ceiling (same texts, length-sorted batches of the best size, the best of "
+             f"2 sessions x 1 thread and 1 x 2): {ceil_short:.1f} texts/s short queries (batch {b_short}), "
+             f"{ceil_mixed:.1f} texts/s mixed (batch {b_mixed}).", "",
              "| server | 1 client p50 (ms) | HTTP adds (ms) | 64x1 texts/s | / ceiling | 8x16 texts/s | / ceiling "
              "| 128x1 texts/s | 128x1 p50 / p95 (ms) | p95 / p50 | 256x1 p95 / p50 | errors |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -19,85 +19,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
-import numpy as np
 from _serve import Serve, append_results, forward_mean_ms, peak_rss_bytes, plan_of
-from batching import SHARED, drive, machine, mixed, queries
+from batching import SHARED, Raw, drive, machine, mixed, queries
 
 ROOT = Path(__file__).resolve().parent
 MODEL = SHARED / "all-minilm-l6-v2"
-
-
-# ---------------------------------------------------------------- the raw pipeline, in this process
-
-
-class Raw:
-    def __init__(self) -> None:
-        from tokenizers import Tokenizer
-
-        self.tok = Tokenizer.from_file(str(MODEL / "tokenizer.json"))
-        self.tok.no_padding()
-        self.tok.enable_truncation(256)
-
-    def session(self, threads: int):
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        return ort.InferenceSession(str(MODEL / "onnx/model.onnx"), so, providers=["CPUExecutionProvider"])
-
-    def embed(self, sess, texts: list[str]) -> np.ndarray:
-        encs = self.tok.encode_batch(texts)
-        width = max(len(e.ids) for e in encs)
-        ids = np.zeros((len(encs), width), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        for i, e in enumerate(encs):
-            ids[i, :len(e.ids)] = e.ids
-            mask[i, :len(e.ids)] = 1
-        (h,) = sess.run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask,
-                                                "token_type_ids": np.zeros_like(ids)})
-        v = (h * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-    def ceiling(self, texts: list[str], batch_sizes: list[int], sessions: int, threads: int) -> tuple[float, int]:
-        """Best texts/s over batch sizes of length-sorted chunks, `sessions` sessions of `threads` threads side by
-        side; (rate, batch)."""
-        sess = [self.session(threads) for _ in range(sessions)]
-        ordered = sorted(texts, key=len)
-        best, best_b = 0.0, 1
-        for b in batch_sizes:
-            chunks = [ordered[i:i + b] for i in range(0, len(ordered), b)]
-            for s in sess:
-                self.embed(s, chunks[0])
-            t0 = time.perf_counter()
-            workers = [threading.Thread(target=lambda s=s, part=chunks[k::sessions]: [self.embed(s, c) for c in part])
-                       for k, s in enumerate(sess)]
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
-            rate = len(texts) / (time.perf_counter() - t0)
-            if rate > best:
-                best, best_b = rate, b
-        return best, best_b
-
-    def single_p50_ms(self, texts: list[str], threads: int) -> float:
-        s = self.session(threads)
-        for t in texts[:20]:
-            self.embed(s, [t])
-        lat = []
-        for t in texts:
-            t0 = time.perf_counter()
-            self.embed(s, [t])
-            lat.append(time.perf_counter() - t0)
-        return statistics.median(lat) * 1000
 
 
 # ---------------------------------------------------------------- the server
@@ -145,7 +75,7 @@ def main() -> int:
         "short": ([{"model": "mini", "input": q} for q in short], 64),
         "mixed": ([{"model": "mini", "input": mixed_texts[k:k + 16]} for k in range(0, 1600, 16)], 8),
     }
-    raw = Raw()
+    raw = Raw(MODEL)
     c_short = max(raw.ceiling(short[:1000], [1, 8, 16, 32, 64], s, t) for s, t in ((2, 1), (1, 2)))
     c_mixed = max(raw.ceiling(mixed_texts, [1, 4, 8, 16], s, t) for s, t in ((2, 1), (1, 2)))
     single = {t: raw.single_p50_ms(short[:300], t) for t in (1, 2)}

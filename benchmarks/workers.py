@@ -2,13 +2,13 @@
 
     .venv/bin/python benchmarks/workers.py [--workers 1 2 4] [--max-seconds 20]   # appends to RESULTS.md
 
-For each worker count: `rsinfer serve` with the batching benchmark's config (MiniLM, a reranker, a PII model;
-the default thread plan, batching on) and every workload of benchmarks/batching.py, against the
-in-process ceiling of the same texts (tokenizers -> session.run -> pooling in length-sorted batches of the best
-size, two sessions x one thread). Then the CPU a front end spends per single-short-query request outside the
-forward (the front-end processes' user+sys CPU over the run / requests; the forward is in the engine process),
-the engine's CPU per request beside its forwards, and a cProfile of a front end's event loop (in-process: the
-front end of tests/serverutil.ServerThread in workers mode, its engine on another thread, not profiled).
+For each worker count: `rsinfer serve` with the batching benchmark's config (MiniLM, a reranker, a PII model; the
+default thread plan, batching on) and every workload of benchmarks/batching.py, against the in-process ceiling of
+the same texts (tokenizers -> session.run -> pooling in length-sorted batches of the best size, the best of two
+sessions x one thread and one x two). Then the CPU a front end spends per single-short-query request outside the
+forward (the front-end processes' user+sys CPU over the run / requests; the forward is in the engine process), the
+engine's CPU per request beside its forwards, and a cProfile of a front end's event loop (in-process: the front end
+of tests/serverutil.ServerThread in workers mode, its engine on another thread, not profiled).
 """
 
 from __future__ import annotations
