@@ -65,6 +65,7 @@ def tree(pid: int) -> list[int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-seconds", type=float, default=20, help="per workload and server")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds over every server (noise shows)")
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     ap.add_argument("--servers", help="only the server rows whose label contains one of these (comma-separated)")
     args = ap.parse_args()
@@ -97,18 +98,29 @@ def main() -> int:
     ]
     if args.servers:
         servers = [s for s in servers if any(w in s[0] for w in args.servers.split(","))]
-    results = {}
+    results: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for k, (label, extra, server_yaml, cpus) in enumerate(servers):
-            with Serve(model_yaml(extra), Path(tmp), server_yaml, name=f"threads{k}", cpus=cpus) as srv:
-                results[label] = measure(srv, loads, args.max_seconds, ("short",) if cpus else None)
+        for _ in range(args.rounds):
+            for k, (label, extra, server_yaml, cpus) in enumerate(servers):
+                with Serve(model_yaml(extra), Path(tmp), server_yaml, name=f"threads{k}", cpus=cpus) as srv:
+                    results.setdefault(label, []).append(
+                        measure(srv, loads, args.max_seconds, ("short",) if cpus else None))
 
-    def texts_s(r: dict, name: str) -> float:
-        return r[name]["rps"] * (16 if name == "mixed" else 1)
+    def span(values: list[float], fmt: str) -> str:
+        """The rounds' range: `a` when they agree to the format, else `lo-hi`."""
+        lo, hi = format(min(values), fmt), format(max(values), fmt)
+        return lo if lo == hi else f"{lo}-{hi}"
+
+    def rate(rounds: list[dict], name: str, ceil: float) -> str:
+        if name not in rounds[0]:
+            return "-"
+        got = [r[name]["rps"] * (16 if name == "mixed" else 1) for r in rounds]
+        return f"{span(got, '.0f')} ({span([g / ceil for g in got], '.2f')})"
 
     lines = ["", "## Threads and CPUs: the default plan against the raw pipeline", "",
              f"Machine: {machine()}; CPUs this process may use: {len(affinity)}. Reproduce: "
-             "`.venv/bin/python benchmarks/threads.py`. all-MiniLM-L6-v2 fp32, batching on, one run.", "",
+             f"`.venv/bin/python benchmarks/threads.py`. all-MiniLM-L6-v2 fp32, batching on, {args.rounds} interleaved "
+             "rounds (a cell gives the range over them).", "",
              f"Baselines (in-process, same texts): sorted-batch ceiling {c_short[0]:.0f} short texts/s (batch "
              f"{c_short[1]}), {c_mixed[0]:.0f} mixed texts/s (batch {c_mixed[1]}), best of 2 x 1 and 1 x 2; "
              f"one-thread ceiling {c_one[0]:.0f} short texts/s; raw single forward (tokenize + run + pool) p50 "
@@ -116,14 +128,18 @@ def main() -> int:
              "| server config | resolved plan | 64 x 1 short (texts/s, / ceiling) | 8 x 16 mixed (texts/s, / ceiling) "
              "| 1 client p50 (ms, - best raw) | forward in server (ms) | peak RSS (GB, every process) | errors |",
              "|---|---|---|---|---|---|---|---|"]
-    for label, r in results.items():
+    for label, rounds in results.items():
+        first = rounds[0]
         ceil = c_one[0] if "taskset" in label else c_short[0]
-        s = f"{texts_s(r, 'short'):.0f} ({texts_s(r, 'short') / ceil:.2f})"
-        m = f"{texts_s(r, 'mixed'):.0f} ({texts_s(r, 'mixed') / c_mixed[0]:.2f})" if "mixed" in r else "-"
-        lat = f"{r['latency']['p50_ms']:.2f} ({r['latency']['p50_ms'] - best_single:+.2f})" if "latency" in r else "-"
-        fwd = f"{r['forward_ms']:.2f}" if "forward_ms" in r else "-"
-        errors = sum(r[n]["errors"] for n in ("short", "mixed", "latency") if n in r)
-        lines.append(f"| {label} | {r['plan']} | {s} | {m} | {lat} | {fwd} | {r['rss_gb']:.2f} | {errors} |")
+        lat, fwd = "-", "-"
+        if "latency" in first:
+            p50 = [r["latency"]["p50_ms"] for r in rounds]
+            lat = f"{span(p50, '.2f')} ({span([p - best_single for p in p50], '+.2f')})"
+            fwd = span([r["forward_ms"] for r in rounds], ".2f")
+        errors = sum(r[n]["errors"] for r in rounds for n in ("short", "mixed", "latency") if n in r)
+        lines.append(f"| {label} | {first['plan']} | {rate(rounds, 'short', ceil)} | "
+                     f"{rate(rounds, 'mixed', c_mixed[0])} | {lat} | {fwd} | "
+                     f"{span([r['rss_gb'] for r in rounds], '.2f')} | {errors} |")
     lines.append("")
     return append_results(args.out, lines)
 

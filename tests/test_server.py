@@ -293,6 +293,7 @@ class TestOps:
         assert card["id"] == "mini" and card["object"] == "model" and card["kind"] == "embedding"
         assert card["graph_file"] == "onnx/model.onnx" and card["execution_providers"] == ["cpu"]
         assert card["replicas"] == 2 and card["max_len"] == 256 and card["default"] is True
+        assert card["threads"]["lanes"] == 2 and card["threads"]["source"] == "config"   # replicas: 2 is set
         assert card["pooling"] == "mean" and card["source"].startswith("path:")
         assert card["provenance"]["file"] == "onnx/model.onnx"
 

@@ -310,3 +310,86 @@ def test_budget_tokens_never_go_negative(n):
     b.wait(1, lambda: called.append(1))
     b.give(n)
     assert b.free == n and called == [1]
+
+
+# ------------------------------------------------------------------ where the plan shows
+
+
+def synth_config(tmp_path: Path, **model) -> dict:
+    root = synth.write_model_dir(tmp_path / "m")
+    return {"models": [{"name": "m", "kind": "embedding", "path": str(root), **model},
+                       {"name": "m2", "kind": "embedding", "path": str(root)}]}
+
+
+def test_served_models_show_their_plan_and_answer(tmp_path):
+    """Two planned models and a configured one in one server: /v1/models shows each plan, and concurrent
+    requests to all of them (lanes, latency lane, budget) are answered with the same vectors as one at a time."""
+    import concurrent.futures
+
+    import httpx
+
+    from serverutil import ServerThread
+
+    data = synth_config(tmp_path)
+    data["models"].append({"name": "fixed", "kind": "embedding", "path": data["models"][0]["path"], "replicas": 1,
+                           "intra_threads": 1})
+    cfg = parse_config(data)
+    with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        cards = {m["id"]: m["threads"] for m in c.get("/v1/models").json()["data"]}
+        cpus = srv.registry.plan.cpus.count
+        assert cards["m"] == {"lanes": cpus, "threads": 1, "sessions": 1, "latency_lane_threads": cpus if cpus > 1
+                              else 0, "source": "plan", "spinning": "latency lane only" if cpus > 1 else
+                              "ORT default", "cpus": cpus}
+        assert cards["fixed"]["source"] == "config" and cards["fixed"]["latency_lane_threads"] == 0
+        texts = [f"text number {i} " + "word " * (i % 7) for i in range(24)]
+
+        def one(i: int) -> tuple[int, list[float]]:
+            model = ("m", "m2", "fixed")[i % 3]
+            r = c.post("/v1/embeddings", json={"model": model, "input": texts[i]})
+            assert r.status_code == 200, r.text
+            return i, r.json()["data"][0]["embedding"]
+
+        alone = dict(one(i) for i in range(24))                       # one at a time: the latency lane
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:          # at once: the lanes and the budget
+            together = dict(ex.map(one, range(24)))
+        for i in range(24):
+            assert max(abs(a - b) for a, b in zip(alone[i], together[i], strict=True)) < 1e-5
+
+
+def test_inspect_shows_the_serve_plan_and_its_warning(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"server": {"threads": 2},
+                                   **synth_config(tmp_path, replicas=2, intra_threads=2)}))
+    proc = subprocess.run([sys.executable, "-m", "rsinfer_cli", "inspect", "m", "--config", str(cfg), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    th = json.loads(proc.stdout)["threads"]
+    assert (th["lanes"], th["threads"], th["sessions"], th["source"]) == (2, 2, 2, "config")
+    assert th["cpus"]["count"] == 2 and "server.threads = 2" in th["cpus"]["why"][-1]
+    assert th["warnings"] == ["the configured threads oversubscribe the CPUs: m: 2 replicas x 2 threads + planned "
+                              "models: 2 = 6 threads on 2 CPUs; leave replicas/intra_threads unset to get a plan "
+                              "that fits"]
+    table = subprocess.run([sys.executable, "-m", "rsinfer_cli", "inspect", "m2", "--config", str(cfg)],
+                           capture_output=True, text=True, timeout=120, env={**__import__("os").environ,
+                                                                             "COLUMNS": "200"})
+    assert "2 x 1 thread sharing one session + a latency lane of 2 threads (plan)" in table.stdout
+    assert "oversubscribe" in table.stdout
+
+
+def test_start_up_log_has_the_plan(tmp_path, caplog):
+    import logging
+
+    from rsinfer_cli.engine.registry import Registry
+
+    with caplog.at_level(logging.INFO, logger="rsinfer.engine"):
+        reg = Registry.load(parse_config({"server": {"threads": 2}, **synth_config(tmp_path)}))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("thread plan:")]
+    assert lines[0].startswith("thread plan: CPUs: 2 (") and "server.threads = 2" in lines[0]
+    assert "thread plan: model m: 2 x 1 thread sharing one session + a latency lane of 2 threads (plan)" in lines
+    assert reg.plan.infer_threads == 6 and reg.plan.prep_threads == 2
