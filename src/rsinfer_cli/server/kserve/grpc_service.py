@@ -51,6 +51,15 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         m = state.metrics
         self.requests = m.grpc_requests
         self.duration = m.grpc_duration
+        self._children: dict[tuple[str, str], tuple[Any, Any]] = {}   # metric children, looked up once each
+
+    def _observe(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
+        key = (method, code.name)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (self.requests.labels(method, code.name), self.duration.labels(method))
+        children[0].inc()
+        children[1].observe(seconds)
 
     # ------------------------------------------------------------ plumbing
 
@@ -79,8 +88,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             code = code_for(exc)
             await context.abort(code, str(exc))
         finally:
-            self.requests.labels(method, code.name).inc()
-            self.duration.labels(method).observe(time.perf_counter() - t0)
+            self._observe(method, code, time.perf_counter() - t0)
 
     def _model(self, name: str, version: str) -> Any:
         return self.state.registry.get(name, "tensor", version or None)
@@ -173,16 +181,19 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         async for request in request_iterator:
             t0 = time.perf_counter()
+            code = grpc.StatusCode.OK
             try:
                 response = await self._infer(request)
-                self.requests.labels("ModelStreamInfer", "OK").inc()
                 yield pb.ModelStreamInferResponse(infer_response=response)
             except RsinferError as exc:
-                self.requests.labels("ModelStreamInfer", code_for(exc).name).inc()
+                code = code_for(exc)
                 yield pb.ModelStreamInferResponse(error_message=str(exc),
                                                   infer_response=pb.ModelInferResponse(id=request.id))
+            except Exception:
+                code = grpc.StatusCode.INTERNAL
+                raise
             finally:
-                self.duration.labels("ModelStreamInfer").observe(time.perf_counter() - t0)
+                self._observe("ModelStreamInfer", code, time.perf_counter() - t0)
 
 
 async def start(state: ServerState, bind: str) -> grpc.aio.Server:
