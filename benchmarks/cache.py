@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _serve import Serve, append_results, free_port
+from _serve import Serve, append_results, free_port, plan_of
 from batching import ROOT, SHARED, drive, machine
 
 WORDS = ("where is my parcel refund invoice password reset account billing address shipping late order cancel "
@@ -73,6 +73,7 @@ def main() -> int:
                                   ("redis", f"max_queue: 1024, cache: {{backend: redis, url: '{url}'}}")):
                 srv = Serve(model, Path(tmp), server, name=label.replace(" ", "-"))
                 try:
+                    plan = plan_of(srv.url)
                     results[label] = asyncio.run(drive(srv.url, "/v1/embeddings", bodies, 64, args.max_seconds))
                 finally:
                     srv.stop()
@@ -83,7 +84,8 @@ def main() -> int:
     lines = ["", "## Row cache: Zipf query stream (s = 1.1 over 10,000 queries, 64 clients)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/cache.py` (one run, "
              f"{args.max_seconds:.0f} s per mode, each server cold at its start, the same request sequence each "
-             "time). all-MiniLM-L6-v2 fp32, the default thread plan, batching on. In the requests the no-cache "
+             f"time). all-MiniLM-L6-v2 fp32, the default thread plan ({plan}), batching on. In the requests the "
+             "no-cache "
              "run got through, "
              f"{distinct_share:.0%} were distinct queries.", "",
              "| mode | requests/s | vs no cache | p50 (ms) | p99 (ms) | errors |", "|---|---|---|---|---|---|"]

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _serve import Serve, append_results, cpu_seconds, inference_sum
+from _serve import Serve, append_results, cpu_seconds, inference_sum, plan_of
 from batching import ROOT, SHARED, ceilings, drive, machine, profiled, queries, workloads
 
 sys.path.insert(0, str(ROOT.parent / "tests"))
@@ -112,10 +112,12 @@ def main() -> int:
     loads = workloads()
     ceil_short, b_short, ceil_mixed, b_mixed = ceilings(loads)
     results: dict[int, dict[str, dict]] = {}
+    plan = ""
     with tempfile.TemporaryDirectory() as tmp:
         for w in args.workers:
             srv = server(w, Path(tmp))
             try:
+                plan = plan_of(srv.url)
                 for name, (route, bodies, clients, _) in loads.items():
                     results.setdefault(w, {})[name] = asyncio.run(drive(srv.url, route, bodies, clients,
                                                                         args.max_seconds))
@@ -126,8 +128,9 @@ def main() -> int:
     lines = ["", f"## Worker processes (server.workers): {', '.join(map(str, args.workers))} on this machine", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/workers.py` (one run; every cell of a "
              f"row from the same run). Ceiling: in-process tokenize + session.run + pooling in length-sorted "
-             f"batches, two sessions x one thread: {ceil_short:.0f} texts/s short queries (batch {b_short}), "
-             f"{ceil_mixed:.0f} texts/s mixed (batch {b_mixed}). Cells: texts/s (ratio to workers {base}; "
+             f"batches, the best of 2 x 1 and 1 x 2 sessions: {ceil_short:.0f} texts/s short queries (batch "
+             f"{b_short}), {ceil_mixed:.0f} texts/s mixed (batch {b_mixed}). The engine's thread plan for MiniLM: "
+             f"{plan}. Cells: texts/s (ratio to workers {base}; "
              "to the ceiling where one applies), p50 ms.", "",
              f"| workload | {head} |", "|---|" + "---|" * len(args.workers)]
     for name, (_, _, _, per) in loads.items():
