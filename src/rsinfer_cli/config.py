@@ -142,6 +142,8 @@ class ModelConfig:
                                             choices=("email", "url", "ip_address", "ssn", "credit_card"))
     # tensor
     max_batch_size: int = _opt(0, ge=0)    # > 0: dimension 0 is the batch; requests are batched up to this many rows
+    # tensor: what serves the folder (engine/scripts.py): auto (from its files) | onnx | python | exec (nereid: cpp)
+    backend: str = _opt("auto", choices=("auto", "onnx", "python", "exec", "cpp"))
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     # versions: each loads as its own model; requests naming none are routed by weight (or default_version)
     versions: tuple[VersionConfig, ...] = ()

@@ -111,6 +111,8 @@ class LoadedModel:
     stats: dict[str, Any] = field(default_factory=dict)
     threads: ModelThreads = field(default_factory=lambda: ModelThreads(lanes=1, threads=1, sessions=1))
     wide: Session | None = None        # the latency lane: every CPU on one forward that runs alone
+    backend: str = "onnx"              # onnx, or a script model's python | exec (engine/scripts.py)
+    program: str | None = None         # a script model: what runs (venv, compiled executable)
 
     @property
     def name(self) -> str:
@@ -175,7 +177,8 @@ class LoadedModel:
             "eps_skipped": [{"ep": ep, "reason": why} for ep, why in self.eps.skipped],
             "replicas": self.replicas, "threads": self.threads.to_json(), "max_len": self.max_len,
             "max_len_source": self.max_len_source,
-            "default": self.config.default, "version": self.version,
+            "default": self.config.default, "version": self.version, "backend": self.backend,
+            **({"program": self.program} if self.program else {}),
         }
 
 
@@ -196,8 +199,12 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     """Resolve (the tokenizer only where the family needs one), build its sessions as `threads` says (else as the
     thread plan of this model alone says: engine/threads.py), trial-run them."""
     from .. import families
+    from .scripts import script_backend
 
     server = server or ServerConfig()
+    backend = script_backend(cfg)
+    if backend is not None:
+        return load_script(cfg, server, backend, threads)
     t0 = time.perf_counter()
     resolved = resolve(ModelSource.of(cfg, families.get(cfg.kind).needs_tokenizer), cache_dir, progress)
     t_resolve = time.perf_counter() - t0
@@ -229,3 +236,39 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
              cfg.name, resolved.graph_file, resolved.source, size / 2**20, threads.describe(), t_build,
              rss_delta / 2**20, ",".join(model.providers))
     return model
+
+
+def load_script(cfg: ModelConfig, server: ServerConfig, backend: str, threads: ModelThreads | None = None
+                ) -> LoadedModel:
+    """A script model (engine/scripts.py): its folder's contract, its program built (venv, compiler), and one
+    process-per-forward session shared by its lanes. No trial forward: a model's code may not take zeros."""
+    import dataclasses
+
+    from .scripts import CONTRACT_FILE as CONTRACT
+    from .scripts import ProcessSession, exec_program, python_program, read_contract
+
+    assert cfg.path is not None
+    folder = Path(cfg.path).expanduser()
+    t0 = time.perf_counter()
+    contract = read_contract(folder, cfg.name)
+    argv, program = (python_program if backend == "python" else exec_program)(folder, cfg.name)
+    if threads is None:
+        threads = plan_threads([(cfg.name, cfg, True)], server, scripts=frozenset({cfg.name})).models[cfg.name]
+    session = ProcessSession(cfg.name, folder, argv, contract, server.request_timeout_ms / 1000, backend)
+    if not cfg.max_batch_size and contract.max_batch_size:   # the folder's own limit, unless the config sets one
+        cfg = dataclasses.replace(cfg, max_batch_size=contract.max_batch_size)
+    main_file = "main.py" if backend == "python" else "model"
+    graph_path = folder / main_file
+    resolved = ResolvedModel(source=cfg.source, graph_file=main_file, graph_path=graph_path,
+                             graph_reason=f"backend {backend}" + (" (from `backend:`)" if cfg.backend != "auto"
+                                                                  else " (detected from the folder)"),
+                             candidates=(), external_data=(), tokenizer_path=None,
+                             aux={CONTRACT: folder / CONTRACT}, aux_origin={CONTRACT: f"{cfg.source}:{CONTRACT}"})
+    graph = GraphInfo(contract.inputs, contract.outputs)
+    stats = {"file_bytes": graph_path.stat().st_size if graph_path.exists() else 0,
+             "resolve_s": 0.0, "build_s": round(time.perf_counter() - t0, 3), "rss_delta_bytes": 0}
+    eps = EpPlan(requested=tuple(cfg.eps), resolved=("cpu",), options=({},))
+    log.info("model %s: %s backend, %s, %s; %s", cfg.name, backend, program, contract.file, threads.describe())
+    return LoadedModel(config=cfg, resolved=resolved, sessions=[session] * threads.lanes, graph=graph, eps=eps,
+                       providers=["cpu"], max_len=None, max_len_source="a script model", stats=stats,
+                       threads=threads, backend=backend, program=program)

@@ -21,7 +21,10 @@ log = logging.getLogger("rsinfer.engine")
 
 def plan_config(models: list[ModelConfig], server: ServerConfig) -> ThreadPlan:
     """The thread plan of these models (every version its own) served together by one process."""
-    return plan_threads([(m.key, m, plan_eps(m).resolved[0] == "cpu") for m in models], server)
+    from .scripts import script_backend
+
+    scripts = frozenset(m.key for m in models if script_backend(m) is not None)
+    return plan_threads([(m.key, m, plan_eps(m).resolved[0] == "cpu") for m in models], server, scripts=scripts)
 
 
 class VersionRouter:

@@ -154,7 +154,7 @@ class ModelThreads:
     threads: int
     sessions: int
     wide: int = 0
-    source: str = "plan"                # plan | config | accelerator
+    source: str = "plan"                # plan | config | accelerator | script
 
     @property
     def budgeted(self) -> bool:
@@ -162,6 +162,8 @@ class ModelThreads:
         return self.source == "plan"
 
     def describe(self) -> str:
+        if self.source == "script":
+            return f"{self.lanes} process{'es' if self.lanes > 1 else ''} at once (script)"
         lane = f" + a latency lane of {self.wide} threads" if self.wide else ""
         shared = " sharing one session" if self.sessions == 1 and self.lanes > 1 else ""
         return f"{self.lanes} x {self.threads} thread{'s' if self.threads > 1 else ''}{shared}{lane} ({self.source})"
@@ -171,9 +173,12 @@ class ModelThreads:
                 self.wide, "source": self.source, "spinning": "latency lane only" if self.wide else "ORT default"}
 
 
-def model_threads(cfg: ModelConfig, cpus: int, on_cpu: bool) -> ModelThreads:
-    """One model's threads: its config where it sets them, else the plan (module docstring)."""
+def model_threads(cfg: ModelConfig, cpus: int, on_cpu: bool, script: bool = False) -> ModelThreads:
+    """One model's threads: its config where it sets them, else the plan (module docstring). A script model
+    (engine/scripts.py) runs `replicas` forwards at once (default one per CPU), each a process of its own."""
     replicas, threads = cfg.replicas, cfg.intra_threads
+    if script:
+        return ModelThreads(lanes=replicas or cpus, threads=1, sessions=1, source="script")
     if not on_cpu:
         lanes = replicas or ACCELERATOR_REPLICAS   # CPU threads only run the ops the accelerator lacks
         return ModelThreads(lanes=lanes, threads=threads or cpus, sessions=lanes, source="accelerator")
@@ -216,16 +221,16 @@ class ThreadPlan:
 
 
 def plan_threads(models: Sequence[tuple[str, ModelConfig, bool]], server: ServerConfig | None = None,
-                 cpus: Cpus | None = None) -> ThreadPlan:
-    """The plan for `(key, config, runs on CPU)` of every model of the process. `server.threads` > 0 sets the CPUs
-    the plan uses instead of those found."""
+                 cpus: Cpus | None = None, scripts: frozenset[str] = frozenset()) -> ThreadPlan:
+    """The plan for `(key, config, runs on CPU)` of every model of the process (`scripts`: the keys of script
+    models). `server.threads` > 0 sets the CPUs the plan uses instead of those found."""
     server = server or ServerConfig()
     found = cpus or usable_cpus()
     if server.threads:
         found = Cpus(count=server.threads, host=found.host, why=(*found.why, f"server.threads = {server.threads}"))
-    plan = {key: model_threads(cfg, found.count, on_cpu) for key, cfg, on_cpu in models}
+    plan = {key: model_threads(cfg, found.count, on_cpu, key in scripts) for key, cfg, on_cpu in models}
     warnings: list[str] = []
-    cpu_models = {k: t for k, t in plan.items() if t.source != "accelerator"}
+    cpu_models = {k: t for k, t in plan.items() if t.source in ("plan", "config")}
     explicit = {k: t for k, t in cpu_models.items() if t.source == "config"}
     total = sum(t.lanes * t.threads for t in explicit.values()) + (
         found.count if any(t.budgeted for t in cpu_models.values()) else 0)

@@ -50,6 +50,11 @@ def kserve_shape(t: TensorInfo) -> list[int]:
     return [d if isinstance(d, int) and d >= 0 else -1 for d in t.shape]
 
 
+def platform(model: LoadedModel) -> str:
+    """KServe's `platform` of a model: Triton's name for an ONNX graph, else the script backend."""
+    return "onnxruntime_onnx" if model.backend == "onnx" else model.backend
+
+
 def tensor_metadata(tensors: Sequence[TensorInfo]) -> list[dict[str, Any]]:
     """KServe's tensor metadata: name, datatype, shape (-1 for a variable dimension)."""
     return [{"name": t.name, "datatype": datatype_of(t.dtype), "shape": kserve_shape(t)} for t in tensors]

@@ -13,7 +13,7 @@ import grpc
 import numpy as np
 
 from ...errors import EngineUnavailable, InputError, ModelNotFound, PoolTimeout, RsinferError, Saturated
-from ...pipelines.tensor import TensorPipeline, numpy_dtype, tensor_metadata
+from ...pipelines.tensor import TensorPipeline, numpy_dtype, platform, tensor_metadata
 from ..state import ServerState
 from . import codec
 from . import kserve_pb2 as pb
@@ -124,7 +124,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             m = self._model(request.name, request.version)
             tm = pb.ModelMetadataResponse.TensorMetadata
             return pb.ModelMetadataResponse(
-                name=m.name, versions=self.state.registry.versions(m.name) or ["1"], platform="onnxruntime_onnx",
+                name=m.name, versions=self.state.registry.versions(m.name) or ["1"], platform=platform(m),
                 inputs=[tm(**t) for t in tensor_metadata(m.graph.inputs)],
                 outputs=[tm(**t) for t in tensor_metadata(m.graph.outputs)])
         return await self._call("ModelMetadata", context, meta)

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from ...engine.model import LoadedModel
 from ...errors import InputError, ModelNotFound
-from ...pipelines.tensor import TensorPipeline, TensorResult, datatype_of, kserve_shape, tensor_metadata
+from ...pipelines.tensor import TensorPipeline, TensorResult, datatype_of, kserve_shape, platform, tensor_metadata
 from ..kserve import codec
 from ..schemas import InferstackRequest
 from ..state import STATE, ServerState
@@ -19,7 +19,6 @@ from .common import decode, json_response
 
 routes = web.RouteTableDef()
 BENCH = {"/infer": lambda texts: {"input": [[0.0, 0.0, 0.0, 0.0]] * max(len(texts), 1)}}
-PLATFORM = "onnxruntime_onnx"
 EXTENSIONS = ["binary_tensor_data"]
 
 
@@ -30,7 +29,7 @@ def model_of(state: ServerState, name: str | None, version: str | None) -> Loade
 
 def metadata(state: ServerState, m: LoadedModel) -> dict[str, Any]:
     g = m.graph
-    return {"name": m.name, "versions": state.registry.versions(m.name) or ["1"], "platform": PLATFORM,
+    return {"name": m.name, "versions": state.registry.versions(m.name) or ["1"], "platform": platform(m),
             "inputs": tensor_metadata(g.inputs), "outputs": tensor_metadata(g.outputs)}
 
 
