@@ -193,7 +193,12 @@ def read_contract(folder: Path, name: str) -> Contract:
     try:
         text_format.Parse(text, msg)
     except text_format.ParseError as exc:
-        raise ModelLoadError(f"model '{name}': {where}: {exc}", model=name) from None
+        said = str(exc).replace('Message type "rsinfer.nereid.ModelInference"', "the top level") \
+            .replace('Message type "rsinfer.nereid.Tensor"', "an input/output block") \
+            .replace('Enum type "rsinfer.nereid.DataType"', "data_type")
+        if "data_type has no value named" in said:
+            said += f" (one of {', '.join(DTYPES)}, or Triton's TYPE_FP32, ...)"
+        raise ModelLoadError(f"model '{name}': {where}: line {said}", model=name) from None
     errors: list[str] = []
     if msg.max_batch_size < 0:
         errors.append(f"max_batch_size: must be >= 0, got {msg.max_batch_size}")

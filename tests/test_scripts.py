@@ -1,0 +1,297 @@
+"""Script models (`kind: tensor`, engine/scripts.py): nereid's per-request contract for python (main.py in its own
+venv) and exec (main.cpp compiled at start-up, a prebuilt `model`), driven by the real tritonclient over HTTP
+and gRPC and by /infer; every way a model can fail a request, with the server and its other models answering
+throughout; the folder contract (model_inference.textproto) and backend detection, with their errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from rsinfer_cli.config import ModelConfig, parse_config
+from rsinfer_cli.engine.model import load_model
+from rsinfer_cli.engine.scripts import detect, read_contract
+from rsinfer_cli.errors import ConfigError, ModelLoadError
+
+from serverutil import ServerThread
+
+CXX = shutil.which(os.environ.get("CXX", "c++"))
+needs_cxx = pytest.mark.skipif(CXX is None and os.environ.get("RSINFER_REQUIRE_CXX") != "1",
+                               reason="no C++ compiler (apt-get install g++)")
+
+# nereid's own minimal main.py (its README), unchanged: the sum of the input, as float32 [1]
+NEREID_MAIN = '''import os, struct, sys
+
+raw = sys.stdin.buffer.read()  # present when input_shape is declared
+values = struct.unpack("<%df" % (len(raw) // 4), raw) if raw else ()
+result = [float(sum(values))]  # ... run inference ...
+
+with open(os.environ["NEREID_OUTPUT_PATH"], "wb") as f:
+    f.write(("float32 %d\\n" % len(result)).encode("utf-8"))
+    f.write(struct.pack("<%df" % len(result), *result))
+'''
+
+# x * 2 over a batch, any shape: what a request (or a batch of requests' rows) sent
+DOUBLE = '''import os, struct, sys
+raw = sys.stdin.buffer.read()
+vals = struct.unpack("<%df" % (len(raw) // 4), raw)
+with open(os.environ["NEREID_OUTPUT_PATH"], "wb") as f:
+    f.write(("float32 " + os.environ["NEREID_INPUT_SHAPE"] + "\\n").encode())
+    f.write(struct.pack("<%df" % len(vals), *[v * 2 for v in vals]))
+'''
+
+HEADER = '''import os, signal, struct, sys, time
+raw = sys.stdin.buffer.read()
+shape = os.environ["NEREID_INPUT_SHAPE"]
+out = os.environ["NEREID_OUTPUT_PATH"]
+print("a line the model prints: never sent to clients")
+'''
+# each: what main.py does after reading its input (the declared output is float32 [batch, 4])
+FAILURES = {
+    "crash": "os.kill(os.getpid(), signal.SIGSEGV)",
+    "exit3": "sys.exit(3)",
+    "noframe": "pass",
+    "badframe": "open(out, 'wb').write(b'garbage without a header line')",
+    "shape": "open(out, 'wb').write(b'float32 1,3\\n' + struct.pack('<3f', 1, 2, 3))",
+    "dtype": "open(out, 'wb').write(('float64 ' + shape + '\\n').encode() + raw + raw)",
+    "short": "open(out, 'wb').write(('float32 ' + shape + '\\n').encode() + raw[:-4])",
+    "slow": "time.sleep(60)",
+}
+CONTRACT = "input_shape: [4]\noutput_shape: [4]\nmax_batch_size: 8\n"
+
+CPP_ADD = r'''#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <iterator>
+#include <vector>
+int main() {
+  std::vector<char> raw((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  size_t n = raw.size() / sizeof(float);
+  std::vector<float> v(n);
+  std::memcpy(v.data(), raw.data(), n * sizeof(float));
+  for (auto& x : v) x += 1.0f;
+  FILE* f = std::fopen(std::getenv("NEREID_OUTPUT_PATH"), "wb");
+  std::fprintf(f, "float32 %s\n", std::getenv("NEREID_INPUT_SHAPE"));
+  std::fwrite(v.data(), sizeof(float), n, f);
+  std::fclose(f);
+  return 0;
+}
+'''
+
+
+def folder(root: Path, name: str, files: dict[str, str], venv: bool = True) -> Path:
+    """A model folder; `venv`: a venv made now (without pip: fast), which start-up reuses."""
+    d = root / name
+    d.mkdir(parents=True)
+    for rel, text in files.items():
+        (d / rel).write_text(text)
+    if venv:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(d / "venv")], check=True, timeout=120)
+    return d
+
+
+def python_model(root: Path, name: str, main: str, contract: str = CONTRACT, venv: bool = True) -> Path:
+    return folder(root, name, {"main.py": main, "requirements.txt": "", "model_inference.textproto": contract}, venv)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("ml-backends")
+    out = {"pysum": python_model(root, "pysum", NEREID_MAIN, "input_shape: [4]\noutput_shape: [1]\n", venv=False),
+           "double": python_model(root, "double", DOUBLE)}
+    for name, body in FAILURES.items():
+        out[name] = python_model(root, name, HEADER + body + "\n")
+    prebuilt = folder(root, "prebuilt", {"model": f"#!{sys.executable}\n" + DOUBLE, "model_inference.textproto":
+                                         CONTRACT}, venv=False)
+    (prebuilt / "model").chmod(0o755)
+    out["prebuilt"] = prebuilt
+    if CXX is not None:
+        out["cppadd"] = folder(root, "cppadd", {"main.cpp": CPP_ADD, "model_inference.textproto": CONTRACT},
+                               venv=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(models):
+    cfg = parse_config({"server": {"request_timeout_ms": 3000, "grpc_bind": None}, "models": [
+        {"name": name, "kind": "tensor", "path": str(path), **({"backend": "cpp"} if name == "cppadd" else {})}
+        for name, path in models.items()]})
+    with ServerThread(cfg, grpc=True) as srv:
+        yield srv
+
+
+@pytest.fixture
+def http(server):
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
+
+
+def infer(http: httpx.Client, model: str, data: list, shape: list[int]) -> httpx.Response:
+    return http.post(f"/v2/models/{model}/infer", json={"inputs": [
+        {"name": "INPUT0", "datatype": "FP32", "shape": shape, "data": data}]})
+
+
+def still_serving(http: httpx.Client) -> None:
+    assert http.get("/health").status_code == 200
+    r = infer(http, "double", [1, 2, 3, 4], [1, 4])
+    assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [2, 4, 6, 8]
+
+
+class TestServed:
+    def test_nereid_minimal_main_py_in_a_venv_made_at_start_up(self, server, http, models):
+        assert (models["pysum"] / "venv").is_dir()               # created, with requirements.txt installed
+        r = infer(http, "pysum", [1, 2, 3, 4.5], [4])
+        assert r.status_code == 200, r.text
+        assert r.json()["outputs"] == [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1], "data": [10.5]}]
+        meta = http.get("/v2/models/pysum").json()
+        assert meta["platform"] == "python" and meta["inputs"] == [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [4]}]
+        card = next(m for m in http.get("/v1/models").json()["data"] if m["id"] == "pysum")
+        assert card["threads"]["source"] == "script"
+
+    def test_tritonclient_http_and_grpc(self, server):
+        import tritonclient.grpc as tg
+        import tritonclient.http as th
+
+        x = np.arange(12, dtype=np.float32).reshape(3, 4)
+        hc = th.InferenceServerClient(server.url.removeprefix("http://"))
+        i = th.InferInput("INPUT0", [3, 4], "FP32")
+        i.set_data_from_numpy(x, binary_data=True)
+        assert np.array_equal(hc.infer("double", [i]).as_numpy("OUTPUT0"), x * 2)
+        gc = tg.InferenceServerClient(server.grpc_url)
+        g = tg.InferInput("INPUT0", [3, 4], "FP32")
+        g.set_data_from_numpy(x)
+        assert np.array_equal(gc.infer("prebuilt", [g]).as_numpy("OUTPUT0"), x * 2)
+        assert gc.get_model_metadata("prebuilt").platform == "exec"
+
+    def test_infer_route_and_batch_dimension_left_out(self, http):
+        r = http.post("/infer", json={"model": "double", "input": [[1, 2, 3, 4], [5, 6, 7, 8]]})
+        assert r.status_code == 200 and r.json()["output"] == [[2, 4, 6, 8], [10, 12, 14, 16]]
+        r = infer(http, "double", [1, 1, 1, 1], [4])              # no batch dimension: run as [1, 4], answered [4]
+        assert r.json()["outputs"][0]["shape"] == [4]
+
+    def test_bad_requests_are_refused_before_a_process_starts(self, http):
+        r = infer(http, "double", list(range(12)), [3, 3, 4])
+        assert r.status_code == 400
+        r = infer(http, "double", list(range(9 * 4)), [9, 4])     # over max_batch_size 8 (from the textproto)
+        assert r.status_code == 400 and "8" in r.json()["error"]
+
+    @needs_cxx
+    def test_cpp_model_compiled_at_start_up(self, http, models, server):
+        assert os.access(models["cppadd"] / "model", os.X_OK)
+        r = infer(http, "cppadd", [1, 2, 3, 4, 5, 6, 7, 8], [2, 4])
+        assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [2, 3, 4, 5, 6, 7, 8, 9]
+        assert http.get("/v2/models/cppadd").json()["platform"] == "exec"
+
+
+class TestFailures:
+    @pytest.mark.parametrize("name, says", [
+        ("crash", "killed by signal SIGSEGV"), ("exit3", "exited with status 3"),
+        ("noframe", "without writing its output frame"), ("badframe", "malformed output frame"),
+        ("shape", "shape [1, 3] disagrees with the declared output 'OUTPUT0' [2, 4]"),
+        ("dtype", "dtype float64 disagrees"), ("short", "holds 28 bytes; float32 [2, 4] needs 32")])
+    def test_a_failing_model_fails_only_its_request(self, http, name, says):
+        r = infer(http, name, list(range(8)), [2, 4])
+        assert r.status_code == 500, r.text
+        message = r.json()["error"]
+        assert says in message and f"model '{name}'" in message
+        assert "never sent to clients" not in r.text and "/tmp" not in message
+        still_serving(http)
+
+    def test_a_model_past_the_deadline_is_killed_and_leaves_no_process(self, http, server):
+        session = server.registry.models["slow"].sessions[0]
+        t0 = time.monotonic()
+        r = infer(http, "slow", list(range(4)), [1, 4])
+        assert r.status_code in (408, 500) and time.monotonic() - t0 < 15
+        for _ in range(100):                                       # the forward thread kills it at its deadline
+            if not session.running:
+                break
+            time.sleep(0.05)
+        assert not session.running
+        out = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout
+        assert not [ln for ln in out.splitlines() if "slow" in ln and "main.py" in ln], out   # no zombie, no orphan
+        still_serving(http)
+
+
+class TestContract:
+    def test_multi_tensor_blocks_and_triton_spellings(self, tmp_path):
+        (tmp_path / "model_inference.textproto").write_text(
+            'max_batch_size: 4\ninput { name: "a" data_type: TYPE_INT64 shape: [-1, 3] }\n'
+            'input { name: "b" dims: [2] }\noutput { name: "sum" data_type: FP64 shape: [3] }\n')
+        c = read_contract(tmp_path, "m")
+        assert [(t.name, t.dtype, t.shape) for t in c.inputs] == [("a", "int64", ("batch", "a_d0", 3)),
+                                                                  ("b", "float32", ("batch", 2))]
+        assert [(t.name, t.dtype) for t in c.outputs] == [("sum", "float64")] and c.max_batch_size == 4
+
+    @pytest.mark.parametrize("text, says", [
+        ("input_shape: [4]\n", "output_shape: required"),
+        ("output_shape: [0]\n", "output_shape[0]: must be -1 (free) or > 0, got 0"),
+        ("output_shape: [1]\ninput_shape: [2]\ninput { name: 'x' }\n", "give either input_shape or input {}"),
+        ("output_shape: [1]\nbatch_size: 3\n", 'line 2:1 : the top level has no field named "batch_size"'),
+        ("output_shape: [1]\ndata_type: FLOAT\n", "data_type has no value named FLOAT. (one of BOOL, UINT8"),
+        ("output { dims: [1] }\noutput { name: 'y' dims: [1] }\n", "output[0].name: required"),
+    ])
+    def test_mistakes_name_the_key(self, tmp_path, text, says):
+        (tmp_path / "model_inference.textproto").write_text(text)
+        with pytest.raises(ModelLoadError) as err:
+            read_contract(tmp_path, "m")
+        assert says in str(err.value) and "model 'm'" in str(err.value)
+
+    def test_missing_contract(self, tmp_path):
+        with pytest.raises(ModelLoadError, match="model_inference.textproto is missing"):
+            read_contract(tmp_path, "m")
+
+
+class TestDetection:
+    def test_ambiguous_and_empty_folders_name_what_they_saw(self, tmp_path):
+        d = folder(tmp_path, "both", {"main.py": "", "requirements.txt": "", "model.onnx": ""}, venv=False)
+        with pytest.raises(ModelLoadError, match=r"matches several backends: onnx \(model.onnx\); python"):
+            detect(d, "both")
+        e = folder(tmp_path, "none", {"README.md": "hi"}, venv=False)
+        with pytest.raises(ModelLoadError, match=r"no backend matches folder none/ \(saw: README.md\)"):
+            detect(e, "none")
+
+    def test_backend_key_settles_an_ambiguous_folder(self, tmp_path):
+        d = python_model(tmp_path, "both", DOUBLE)
+        (d / "model.onnx").write_text("not used")
+        m = load_model(ModelConfig(name="both", kind="tensor", path=str(d), backend="python"))
+        assert m.backend == "python" and m.card()["program"] == "venv/ (reused)"
+
+    def test_missing_requirements_txt_stops_start_up(self, tmp_path):
+        d = folder(tmp_path, "noreq", {"main.py": DOUBLE, "model_inference.textproto": CONTRACT}, venv=False)
+        with pytest.raises(ModelLoadError, match="requirements.txt is missing"):
+            load_model(ModelConfig(name="noreq", kind="tensor", path=str(d)))
+
+    def test_pip_failure_stops_start_up_with_its_last_lines(self, tmp_path):
+        d = python_model(tmp_path, "badreq", DOUBLE, venv=False)
+        (d / "requirements.txt").write_text("this is not a requirement ===\n")
+        with pytest.raises(ModelLoadError, match=r"installing badreq/requirements.txt into its venv failed"):
+            load_model(ModelConfig(name="badreq", kind="tensor", path=str(d)))
+
+    def test_per_request_contract_is_one_tensor_in_and_out(self, tmp_path):
+        d = python_model(tmp_path, "two", DOUBLE, "input { name: 'a' dims: [1] }\ninput { name: 'b' dims: [1] }\n"
+                                                  "output_shape: [1]\n")
+        with pytest.raises(ModelLoadError, match="one input and one output tensor"):
+            load_model(ModelConfig(name="two", kind="tensor", path=str(d)))
+
+    @needs_cxx
+    def test_cpp_compile_error_stops_start_up(self, tmp_path):
+        d = folder(tmp_path, "broken", {"main.cpp": "int main( {", "model_inference.textproto": CONTRACT},
+                   venv=False)
+        with pytest.raises(ModelLoadError, match=r"compiling broken/main.cpp failed"):
+            load_model(ModelConfig(name="broken", kind="tensor", path=str(d)))
+
+    def test_backend_is_a_tensor_key(self):
+        with pytest.raises(ConfigError, match=r"models\[0\].backend: applies to kind tensor only"):
+            parse_config({"models": [{"name": "e", "kind": "embedding", "path": "x", "backend": "python"}]})
+        with pytest.raises(ConfigError, match=r"models\[0\].backend: must be one of auto, onnx, python, exec, cpp"):
+            parse_config({"models": [{"name": "t", "kind": "tensor", "path": "x", "backend": "rust"}]})
