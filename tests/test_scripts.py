@@ -295,3 +295,130 @@ class TestDetection:
             parse_config({"models": [{"name": "e", "kind": "embedding", "path": "x", "backend": "python"}]})
         with pytest.raises(ConfigError, match=r"models\[0\].backend: must be one of auto, onnx, python, exec, cpp"):
             parse_config({"models": [{"name": "t", "kind": "tensor", "path": "x", "backend": "rust"}]})
+
+
+# ------------------------------------------------------------------ the long-lived mode: infer() in a process
+
+
+LONG = '''import os, signal, time
+import numpy as np
+
+calls = {"n": 0}
+
+def initialize(config):
+    calls["config"] = config
+
+def infer(inputs):
+    x = inputs["INPUT0"]
+    calls["n"] += 1
+    first = float(x.flat[0]) if x.size else 0.0
+    if first == 13:
+        raise ValueError("13 is unlucky")
+    if first == 66:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if first == 77:
+        time.sleep(60)
+    if first == 88:
+        return {"NOT_DECLARED": x}
+    x *= 2                                   # the input is writable
+    return {"OUTPUT0": x, "PID": np.full((x.shape[0], 1), os.getpid(), dtype=np.int64)}
+'''
+LONG_CONTRACT = ('max_batch_size: 16\ninput { name: "INPUT0" dims: [4] }\n'
+                 'output { name: "OUTPUT0" dims: [4] }\noutput { name: "PID" data_type: INT64 dims: [1] }\n')
+
+
+def numpy_venv(d: Path) -> None:
+    """The model's venv sees this interpreter's numpy (a .pth file): no network in the suite."""
+    import numpy
+
+    site = Path(numpy.__file__).parents[1]
+    (d / "venv" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" /
+     "rsinfer-tests.pth").write_text(str(site) + "\n")
+
+
+@pytest.fixture(scope="module")
+def long_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("long")
+    d = python_model(root, "long", LONG, LONG_CONTRACT)
+    numpy_venv(d)
+    good = python_model(root, "double", DOUBLE)
+    cfg = parse_config({"server": {"request_timeout_ms": 3000}, "models": [
+        {"name": "long", "kind": "tensor", "path": str(d), "replicas": 2},
+        {"name": "double", "kind": "tensor", "path": str(good)}]})
+    with ServerThread(cfg, grpc=True) as srv:
+        yield srv
+
+
+def long_infer(c: httpx.Client, first: float, rows: int = 1) -> httpx.Response:
+    data = [first] + [1.0] * (4 * rows - 1)
+    return infer(c, "long", data, [rows, 4])
+
+
+class TestLongLived:
+    def test_answers_with_every_declared_output_and_keeps_its_process(self, long_server):
+        with httpx.Client(base_url=long_server.url, timeout=30) as c:
+            r = long_infer(c, 5, rows=3)
+            assert r.status_code == 200, r.text
+            outs = {o["name"]: o for o in r.json()["outputs"]}
+            assert outs["OUTPUT0"]["data"][:4] == [10, 2, 2, 2] and outs["OUTPUT0"]["shape"] == [3, 4]
+            assert outs["PID"]["datatype"] == "INT64" and outs["PID"]["shape"] == [3, 1]
+            pids = {s.pid for s in long_server.registry.models["long"].sessions}
+            assert len(pids) == 2 and outs["PID"]["data"][0] in pids        # one process per lane, both alive
+            meta = c.get("/v2/models/long").json()
+            assert [o["name"] for o in meta["outputs"]] == ["OUTPUT0", "PID"] and meta["platform"] == "python"
+
+    def test_concurrent_requests_over_grpc_and_http(self, long_server):
+        import concurrent.futures
+
+        import tritonclient.grpc as tg
+
+        def one(k: int) -> bool:
+            client = tg.InferenceServerClient(long_server.grpc_url)
+            x = np.full((2, 4), k, dtype=np.float32)
+            i = tg.InferInput("INPUT0", [2, 4], "FP32")
+            i.set_data_from_numpy(x)
+            return bool(np.array_equal(client.infer("long", [i]).as_numpy("OUTPUT0"), x * 2))
+
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            assert all(ex.map(one, [k for k in range(24) if k not in (13, 66, 77, 88)]))
+
+    @pytest.mark.parametrize("first, says, same_process", [
+        (13, "infer() raised ValueError: 13 is unlucky", True),
+        (88, "infer() returned no output 'OUTPUT0' (it returned NOT_DECLARED)", True),
+        (66, "its process was killed by signal SIGSEGV; the next request starts a new one", False),
+        (77, "did not answer within 3000 ms; its process was killed", False),
+    ])
+    def test_a_failure_fails_its_request_and_the_next_one_is_served(self, long_server, first, says, same_process):
+        sessions = long_server.registry.models["long"].sessions
+        with httpx.Client(base_url=long_server.url, timeout=30) as c:
+            before = {id(s): (s.pid, s.starts) for s in sessions}
+            r = long_infer(c, first)
+            assert r.status_code in ((500,) if first != 77 else (408, 500)), r.text
+            if r.status_code == 500:
+                assert says in r.json()["error"]
+            for _ in range(100):                                  # the lane is back
+                if all(s._lock.acquire(timeout=0.05) and (s._lock.release() or True) for s in sessions):
+                    break
+            after = {id(s): (s.pid, s.starts) for s in sessions}
+            assert (before == after) is same_process or not same_process
+            if not same_process:
+                assert any(a[0] is None or a[1] > b[1] for a, b in zip(after.values(), before.values(),
+                                                                       strict=True))
+            for _ in range(3):                                    # both lanes answer again (one restarts)
+                assert long_infer(c, 2).status_code == 200
+            assert infer(c, "double", [1, 2, 3, 4], [1, 4]).status_code == 200
+            assert c.get("/health").status_code == 200
+        out = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True).stdout
+        assert not [ln for ln in out.splitlines() if ln.startswith("Z") and "python" in ln], out
+
+    def test_numpy_missing_from_the_venv_stops_start_up(self, tmp_path):
+        d = python_model(tmp_path, "nonumpy", LONG, LONG_CONTRACT)
+        with pytest.raises(ModelLoadError, match=r"numpy is missing from the model's venv"):
+            load_model(ModelConfig(name="nonumpy", kind="tensor", path=str(d), replicas=1))
+
+    def test_main_py_that_fails_to_import_stops_start_up(self, tmp_path):
+        d = python_model(tmp_path, "broken", LONG + "\nraise RuntimeError('no model file')\n", LONG_CONTRACT)
+        numpy_venv(d)
+        said = r"main.py failed to load: RuntimeError: no model file \(main.py, line 2[0-9]\)"
+        with pytest.raises(ModelLoadError, match=said):
+            load_model(ModelConfig(name="broken", kind="tensor", path=str(d), replicas=1))

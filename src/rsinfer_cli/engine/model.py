@@ -245,7 +245,7 @@ def load_script(cfg: ModelConfig, server: ServerConfig, backend: str, threads: M
     import dataclasses
 
     from .scripts import CONTRACT_FILE as CONTRACT
-    from .scripts import ProcessSession, exec_program, python_program, read_contract
+    from .scripts import ProcessSession, WorkerSession, exec_program, long_lived, python_program, read_contract
 
     assert cfg.path is not None
     folder = Path(cfg.path).expanduser()
@@ -254,7 +254,14 @@ def load_script(cfg: ModelConfig, server: ServerConfig, backend: str, threads: M
     argv, program = (python_program if backend == "python" else exec_program)(folder, cfg.name)
     if threads is None:
         threads = plan_threads([(cfg.name, cfg, True)], server, scripts=frozenset({cfg.name})).models[cfg.name]
-    session = ProcessSession(cfg.name, folder, argv, contract, server.request_timeout_ms / 1000, backend)
+    timeout_s = server.request_timeout_ms / 1000
+    sessions: list[Session]
+    if backend == "python" and long_lived(folder):    # infer() imported once in one process per lane
+        sessions = [WorkerSession(cfg.name, folder, argv[0], contract, timeout_s) for _ in range(threads.lanes)]
+        threads = dataclasses.replace(threads, sessions=threads.lanes)
+        program += f", long-lived: infer() in {threads.lanes} process{'es' if threads.lanes > 1 else ''}"
+    else:                                             # nereid's contract: one process per forward
+        sessions = [ProcessSession(cfg.name, folder, argv, contract, timeout_s, backend)] * threads.lanes
     if not cfg.max_batch_size and contract.max_batch_size:   # the folder's own limit, unless the config sets one
         cfg = dataclasses.replace(cfg, max_batch_size=contract.max_batch_size)
     main_file = "main.py" if backend == "python" else "model"
@@ -269,6 +276,6 @@ def load_script(cfg: ModelConfig, server: ServerConfig, backend: str, threads: M
              "resolve_s": 0.0, "build_s": round(time.perf_counter() - t0, 3), "rss_delta_bytes": 0}
     eps = EpPlan(requested=tuple(cfg.eps), resolved=("cpu",), options=({},))
     log.info("model %s: %s backend, %s, %s; %s", cfg.name, backend, program, contract.file, threads.describe())
-    return LoadedModel(config=cfg, resolved=resolved, sessions=[session] * threads.lanes, graph=graph, eps=eps,
+    return LoadedModel(config=cfg, resolved=resolved, sessions=sessions, graph=graph, eps=eps,
                        providers=["cpu"], max_len=None, max_len_source="a script model", stats=stats,
                        threads=threads, backend=backend, program=program)
