@@ -422,3 +422,17 @@ class TestLongLived:
         said = r"main.py failed to load: RuntimeError: no model file \(main.py, line 2[0-9]\)"
         with pytest.raises(ModelLoadError, match=said):
             load_model(ModelConfig(name="broken", kind="tensor", path=str(d), replicas=1))
+
+
+def test_inspect_shows_a_script_models_backend_program_and_tensors(tmp_path):
+    import json
+
+    d = python_model(tmp_path, "dbl", DOUBLE)
+    proc = subprocess.run([sys.executable, "-m", "rsinfer_cli", "inspect", "--path", str(d), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert (rep["kind"], rep["backend"], rep["program"]) == ("tensor", "python", "venv/ (reused)")
+    assert rep["kind_reason"] == "a script model folder (backend python)"
+    assert rep["graph"]["inputs"] == [{"name": "INPUT0", "dtype": "float32", "shape": ["batch", 4]}]
+    assert rep["threads"]["source"] == "script"

@@ -73,11 +73,20 @@ def model_from_options(*, name: str | None, config: Path | None, path: Path | No
 
 def guess_source_kind(cfg: Any, cache_dir: Path | None = None) -> tuple[str, str]:
     """(kind, why) of a --path/--hf model from its files: config.json and whether a tokenizer is there."""
+    import dataclasses
     import json
 
     from .. import families
+    from ..engine.scripts import script_backend
+    from ..errors import ModelLoadError
     from ..hub import ModelSource, resolve
 
+    try:
+        backend = script_backend(dataclasses.replace(cfg, kind="tensor")) if cfg.path else None
+    except ModelLoadError:      # not clearly a script folder: judged by its graph below
+        backend = None
+    if backend is not None:
+        return "tensor", f"a script model folder (backend {backend})"
     resolved = resolve(ModelSource.of(cfg, needs_tokenizer=False), cache_dir)
     path = resolved.aux.get("config.json")
     try:

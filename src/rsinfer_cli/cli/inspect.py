@@ -35,6 +35,8 @@ def inspect_report(model: Any, kind_reason: str, plan: Any = None) -> dict[str, 
         "kind": model.kind,
         "kind_reason": kind_reason,
         "source": r.source,
+        "backend": model.backend,
+        **({"program": model.program} if model.program else {}),
         "provenance": r.provenance(),
         "graph": {
             "file": r.graph_file,
@@ -72,6 +74,8 @@ def _print_table(rep: dict[str, Any]) -> None:
     head.add_column()
     head.add_row("model", f"{rep['name']} ({rep['kind']}: {rep['kind_reason']})")
     head.add_row("source", rep["source"])
+    if rep["backend"] != "onnx":
+        head.add_row("backend", f"{rep['backend']}: {rep.get('program', '')}")
     if rep["provenance"].get("commit"):
         head.add_row("commit", rep["provenance"]["commit"])
     g = rep["graph"]
