@@ -163,3 +163,17 @@ def classifier_graph(num_labels: int, seed: int = 5):
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model, table
+
+
+def add_graph(path: Path, value: float = 1.0, width: int = 2) -> Path:
+    """An ONNX graph Y = X + value over float32 [batch, width] (a tensor model), saved at `path`."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", width])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", width])
+    const = helper.make_tensor("value", TensorProto.FLOAT, [1], [value])
+    graph = helper.make_graph([helper.make_node("Add", ["X", "value"], ["Y"])], "add", [x], [y], initializer=[const])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
+    return path

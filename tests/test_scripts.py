@@ -21,6 +21,7 @@ from rsinfer_cli.engine.model import load_model
 from rsinfer_cli.engine.scripts import detect, read_contract
 from rsinfer_cli.errors import ConfigError, ModelLoadError
 
+import synth
 from serverutil import ServerThread
 
 CXX = shutil.which(os.environ.get("CXX", "c++"))
@@ -436,3 +437,84 @@ def test_inspect_shows_a_script_models_backend_program_and_tensors(tmp_path):
     assert rep["kind_reason"] == "a script model folder (backend python)"
     assert rep["graph"]["inputs"] == [{"name": "INPUT0", "dtype": "float32", "shape": ["batch", 4]}]
     assert rep["threads"]["source"] == "script"
+
+
+# ------------------------------------------------------------------ a nereid config and ml-backends folder
+
+
+class TestNereidConfig:
+    def test_translated(self, tmp_path):
+        cfg = parse_config({"server": {"bind_addr": "[::1]:50051", "ml_backends_path": "ml-backends"}, "models": [
+            {"name": "model3", "device": "cpu", "queue_capacity": 16},
+            {"name": "gpu", "device": "cuda:1", "backend": "cpp"},
+            {"name": "py", "backend": "python"}]}, base_dir=tmp_path)
+        assert cfg.server.grpc_bind == "[::1]:50051"
+        m3, gpu, py = cfg.models
+        assert (m3.kind, m3.path, m3.eps, m3.max_queue) == ("tensor", str(tmp_path / "ml-backends" / "model3"),
+                                                             ("cpu",), 16)
+        assert (gpu.eps, gpu.device_id, gpu.backend) == (("cuda", "cpu"), 1, "exec") and py.backend == "python"
+        assert cfg.max_queue_of(m3) == 16 and cfg.max_queue_of(py) == cfg.server.max_queue
+
+    @pytest.mark.parametrize("data, says", [
+        ({"server": {"bind_addr": "x:1", "ml_backends_path": "m", "port": 1}, "models": []},
+         "server.port: unknown key in a nereid config (allowed: bind_addr, ml_backends_path)"),
+        ({"server": {"bind_addr": "127.0.0.1:1"}, "models": [{"name": "a"}]}, "server.ml_backends_path: required"),
+        ({"server": {"bind_addr": "127.0.0.1:1", "ml_backends_path": "m"}, "models": [{"name": "a", "device": "gpu"}]},
+         "models[0].device: must be cpu, cuda or cuda:<index>, got 'gpu'"),
+        ({"server": {"bind_addr": "127.0.0.1:1", "ml_backends_path": "m"},
+          "models": [{"name": "a", "queue_capacity": 0}]}, "models[0].queue_capacity: must be > 0, got 0"),
+        ({"server": {"bind_addr": "127.0.0.1:1", "ml_backends_path": "m"},
+          "models": [{"name": "a", "backend": "rust"}]},
+         "models[0].backend: 'rust' (TorchScript .pt) is not served by rsinfer"),
+        ({"server": {"bind_addr": "127.0.0.1:1", "ml_backends_path": "m"}, "models": [{"name": "a", "gpu": True}]},
+         "models[0].gpu: unknown key in a nereid config"),
+    ])
+    def test_mistakes_name_the_key(self, data, says):
+        with pytest.raises(ConfigError) as err:
+            parse_config(data, file="nereid.yaml")
+        assert f"nereid.yaml: {says}" in str(err.value)
+
+    def test_serve_boots_a_nereid_repository(self, tmp_path):
+        """`rsinfer serve --config nereid.yaml` over an ml-backends/ folder: a per-request python model (nereid's
+        main.py), an ONNX graph and a long-lived python model, on the gRPC address nereid.yaml names."""
+        import tritonclient.grpc as tg
+        import yaml
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        from serverutil import ServeProcess, free_port
+
+        backends = tmp_path / "ml-backends"
+        python_model(backends, "pysum", NEREID_MAIN, "input_shape: [4]\noutput_shape: [1]\n")
+        long = python_model(backends, "long", LONG, LONG_CONTRACT)
+        numpy_venv(long)
+        synth.add_graph(backends / "onnxadd" / "model.onnx")
+        grpc_port, http_port = free_port(), free_port()
+        (tmp_path / "nereid.yaml").write_text(yaml.safe_dump({
+            "server": {"bind_addr": f"127.0.0.1:{grpc_port}", "ml_backends_path": "ml-backends"},
+            "models": [{"name": "pysum", "device": "cpu", "queue_capacity": 16, "backend": "python"},
+                       {"name": "onnxadd", "device": "cpu", "queue_capacity": 4},
+                       {"name": "long", "queue_capacity": 8}]}))
+        srv = ServeProcess(tmp_path / "nereid.yaml", http_port)
+        try:
+            srv.wait_ready(90)
+            assert any("listening on" in ln and f"gRPC on 127.0.0.1:{grpc_port}" in ln for ln in srv.lines)
+            client = tg.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+            x = np.array([1, 2, 3, 4], dtype=np.float32)
+            i = tg.InferInput("INPUT0", [4], "FP32")
+            i.set_data_from_numpy(x)
+            assert client.infer("pysum", [i]).as_numpy("OUTPUT0").tolist() == [10.0]
+            j = tg.InferInput("X", [1, 2], "FP32")
+            j.set_data_from_numpy(np.array([[1, 2]], dtype=np.float32))
+            assert client.infer("onnxadd", [j]).as_numpy("Y").tolist() == [[2.0, 3.0]]
+            k = tg.InferInput("INPUT0", [1, 4], "FP32")
+            k.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+            assert client.infer("long", [k]).as_numpy("OUTPUT0").tolist() == [[2.0, 2.0, 2.0, 2.0]]
+            import grpc
+
+            with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
+                status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            assert status == health_pb2.HealthCheckResponse.SERVING
+        finally:
+            code = srv.stop(60)
+        assert code == 0
+

@@ -114,6 +114,7 @@ class ModelConfig:
     truncate: bool = True
     default: bool = False
     cache: bool = True                    # false: this model's rows never go through server.cache
+    max_queue: int | None = _opt(None, ge=0)   # requests allowed to wait for this model (else server.max_queue)
     replicas: int | None = _opt(None, ge=1, auto=None)   # concurrent forwards; None/auto: the thread plan
     max_batch: int | None = _opt(None, ge=1)  # rs-infer's spelling of batching.max_rows (one knob: that one)
     eps: tuple[str, ...] = _opt(("cpu",), choices=EPS)
@@ -180,6 +181,10 @@ class Config:
                 return m
         names = ", ".join(m.name for m in self.models)
         raise ConfigError(f"{self.file}: no model named '{name}' (configured: {names})")
+
+    def max_queue_of(self, model: ModelConfig) -> int:
+        """Requests allowed to wait for a model: its own `max_queue`, else `server.max_queue`."""
+        return self.server.max_queue if model.max_queue is None else model.max_queue
 
     def hf_cache_dir(self) -> Path:
         """Where Hub files land: `server.hf_cache_dir`/hf, else $HF_HUB_CACHE, $HF_HOME/hub, the default."""
@@ -394,9 +399,81 @@ def _check_versions(m: ModelConfig, where: str, errs: _Errors) -> None:
                                              f"({', '.join(seen)})")
 
 
+# ---------------------------------------------------------------- nereid.yaml
+
+
+NEREID_SERVER = ("bind_addr", "ml_backends_path")
+NEREID_MODEL = ("name", "device", "queue_capacity", "backend")
+NEREID_BACKENDS = {"python": "python", "cpp": "exec", "onnx": "onnx"}
+NEREID_UNSERVED = {"rust": "TorchScript .pt", "torch": "TorchScript .pt", "tensorflow": "TensorFlow SavedModel",
+                   "cxx": "C++ linked into nereid"}
+
+
+def is_nereid(data: Any) -> bool:
+    """A nereid-server config: its `server` has `bind_addr` or `ml_backends_path`."""
+    server = data.get("server") if isinstance(data, dict) else None
+    return isinstance(server, dict) and any(k in server for k in NEREID_SERVER)
+
+
+def from_nereid(data: dict[str, Any], errs: _Errors) -> dict[str, Any]:
+    """nereid.yaml → the same config in rsinfer's keys: `server.bind_addr` is the KServe gRPC listener, each model
+    a `kind: tensor` folder under `ml_backends_path`, `device` its EPs, `queue_capacity` its queue."""
+    server = data["server"]
+    for key in server:
+        if key not in NEREID_SERVER:
+            errs.add(f"server.{key}", f"unknown key in a nereid config (allowed: {', '.join(NEREID_SERVER)})")
+    for key in data:
+        if key not in ("server", "models"):
+            errs.add(str(key), "unknown key in a nereid config (allowed: server, models)")
+    for key in NEREID_SERVER:
+        if not isinstance(server.get(key), str) or not server.get(key):
+            errs.add(f"server.{key}", "required: a string")
+    root = str(server.get("ml_backends_path") or "")
+    models = []
+    for i, m in enumerate(data.get("models") if isinstance(data.get("models"), list) else []):
+        where = f"models[{i}]"
+        if not isinstance(m, dict):
+            errs.add(where, f"expected a mapping, got {_type_name(m)}")
+            continue
+        for key in m:
+            if key not in NEREID_MODEL:
+                errs.add(f"{where}.{key}", f"unknown key in a nereid config (allowed: {', '.join(NEREID_MODEL)})")
+        out: dict[str, Any] = {"name": m.get("name"), "kind": "tensor",
+                               "path": os.path.join(root, str(m.get("name", "")))}
+        device = m.get("device", "cpu")
+        if device == "cpu":
+            out["eps"] = ["cpu"]
+        elif isinstance(device, str) and (device == "cuda" or (device.startswith("cuda:")
+                                                               and device[5:].isdigit())):
+            out["eps"] = ["cuda", "cpu"]
+            out["device_id"] = int(device[5:]) if ":" in device else 0
+        else:
+            errs.add(f"{where}.device", f"must be cpu, cuda or cuda:<index>, got {device!r}")
+        if "queue_capacity" in m:
+            qc = m["queue_capacity"]
+            if not isinstance(qc, int) or isinstance(qc, bool) or qc <= 0:
+                errs.add(f"{where}.queue_capacity", f"must be > 0, got {qc!r}")
+            else:
+                out["max_queue"] = qc
+        backend = m.get("backend")
+        if backend is not None:
+            if backend in NEREID_UNSERVED:
+                errs.add(f"{where}.backend", f"'{backend}' ({NEREID_UNSERVED[backend]}) is not served by rsinfer; "
+                                             "export the model to ONNX, or wrap it in a python main.py")
+            elif backend not in NEREID_BACKENDS:
+                errs.add(f"{where}.backend", f"must be one of {', '.join(NEREID_BACKENDS)}, got {backend!r}")
+            else:
+                out["backend"] = NEREID_BACKENDS[backend]
+        models.append(out)
+    bind = server.get("bind_addr")
+    return {"server": {"grpc_bind": bind} if isinstance(bind, str) and bind else {}, "models": models}
+
+
 def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None) -> Config:
-    """Validate an already-parsed YAML document."""
+    """Validate an already-parsed YAML document (rsinfer's, rs-infer's or nereid-server's)."""
     errs = _Errors(file)
+    if is_nereid(data):
+        data = from_nereid(data, errs)
     if not isinstance(data, dict):
         errs.add("", f"expected a mapping with `models:` at the top level, got {_type_name(data)}")
         errs.raise_if_any()

@@ -126,7 +126,8 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     budget = CpuBudget(plan.cpus.count)    # the planned CPU models' forwards share the CPUs (engine/threads.py)
     schedulers: dict[str, ModelQueue] = queues if queues is not None else {
         key: Scheduler.for_model(key, m, pipelines[key], infer, queue_rows=m.config.batching.queue_rows,
-                                 max_queue=config.server.max_queue, queue_timeout_ms=config.server.queue_timeout_ms,
+                                 max_queue=config.max_queue_of(m.config),
+                                 queue_timeout_ms=config.server.queue_timeout_ms,
                                  observer=metrics.observer(m.name, m.version or ""), budget=budget)
         for key, m in registry.models.items()
     }

@@ -57,7 +57,8 @@ class EngineServer:
                 pipe.identity()   # the graph digest of the cache keys, hashed once here for every front end
             self.schedulers[key] = Scheduler.for_model(
                 key, m, pipe, self.executor, queue_rows=m.config.batching.queue_rows,
-                max_queue=config.server.max_queue, queue_timeout_ms=config.server.queue_timeout_ms,
+                max_queue=config.max_queue_of(m.config),
+                queue_timeout_ms=config.server.queue_timeout_ms,
                 observer=metrics.observer(m.name, m.version or ""), forward=self._tagged(pipe, m), budget=budget)
         self._tasks: dict[tuple[ipc.Channel, int], asyncio.Task[None]] = {}
         self._channels: set[ipc.Channel] = set()

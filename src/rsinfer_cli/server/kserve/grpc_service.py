@@ -1,6 +1,8 @@
 """KServe v2 gRPC (`inference.GRPCInferenceService`, what `tritonclient.grpc` speaks) on `server.grpc_bind`, in
 the daemon's own event loop (grpc.aio): the same registry, schedulers, metrics and API keys as HTTP, drained on
-SIGTERM with it."""
+SIGTERM with it. Beside it, the standard `grpc.health.v1.Health` (grpcio-health-checking): SERVING while the
+server is ready (a worker process: while its engine and the other front ends are up), NOT_SERVING from the start
+of the drain, for Kubernetes' gRPC probes and grpc_health_probe. Health needs no API key, like /health."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from typing import Any
 
 import grpc
 import numpy as np
+from grpc_health.v1 import health as grpc_health
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ...errors import EngineUnavailable, InputError, ModelNotFound, PoolTimeout, RsinferError, Saturated
 from ...pipelines.tensor import TensorPipeline, numpy_dtype, platform, tensor_metadata
@@ -196,13 +200,45 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
                 self._observe("ModelStreamInfer", code, time.perf_counter() - t0)
 
 
-async def start(state: ServerState, bind: str) -> grpc.aio.Server:
+SERVICE = "inference.GRPCInferenceService"
+
+
+class Health(grpc_health.aio.HealthServicer):
+    """grpc.health.v1 whose Check also asks the server's readiness (worker processes: the engine and the other
+    front ends), as /health does."""
+
+    def __init__(self, state: ServerState) -> None:
+        super().__init__()
+        self.state = state
+
+    async def Check(self, request: Any, context: Any) -> Any:  # noqa: N802 - the protocol's names
+        unready = self.state.unready
+        if request.service in ("", SERVICE) and unready is not None and unready() is not None:
+            return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING)
+        return await super().Check(request, context)
+
+
+class GrpcFront:
+    """The started gRPC server and its health service: `stop(grace)` says NOT_SERVING first, then drains."""
+
+    def __init__(self, server: grpc.aio.Server, health: Health) -> None:
+        self.server = server
+        self.health = health
+
+    async def stop(self, grace: float | None) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+
+
+async def start(state: ServerState, bind: str) -> GrpcFront:
     """The gRPC server on `bind` (host:port), started in the running loop."""
     from ...errors import ConfigError
 
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", int(state.config.server.max_body_mb * 2**20)),
                                       ("grpc.max_send_message_length", int(state.config.server.max_body_mb * 2**20))])
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeServicer(state), server)
+    health = Health(state)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
     try:
         port = server.add_insecure_port(bind)
     except RuntimeError as exc:
@@ -210,4 +246,6 @@ async def start(state: ServerState, bind: str) -> grpc.aio.Server:
     if port == 0:
         raise ConfigError(f"cannot listen for gRPC on {bind} (server.grpc_bind)")
     await server.start()
-    return server
+    for service in ("", SERVICE):
+        await health.set(service, health_pb2.HealthCheckResponse.SERVING)
+    return GrpcFront(server, health)
