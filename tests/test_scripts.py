@@ -115,6 +115,11 @@ def models(tmp_path_factory) -> dict[str, Path]:
                                          CONTRACT}, venv=False)
     (prebuilt / "model").chmod(0o755)
     out["prebuilt"] = prebuilt
+    built = folder(root, "built", {"build.sh": f"#!/bin/sh\nset -e\nprintf '#!{sys.executable}\\n' > model\n"
+                                               "cat src.py >> model\nchmod +x model\n", "src.py": DOUBLE,
+                                   "model_inference.textproto": CONTRACT}, venv=False)
+    (built / "build.sh").chmod(0o755)
+    out["built"] = built
     if CXX is not None:
         out["cppadd"] = folder(root, "cppadd", {"main.cpp": CPP_ADD, "model_inference.textproto": CONTRACT},
                                venv=False)
@@ -518,3 +523,54 @@ class TestNereidConfig:
             code = srv.stop(60)
         assert code == 0
 
+
+
+class TestOnnxFolderContract:
+    def test_a_textproto_that_agrees_sets_max_batch_size(self, tmp_path):
+        d = synth.add_graph(tmp_path / "m" / "model.onnx").parent
+        (d / "model_inference.textproto").write_text("input_shape: [2]\noutput_shape: [2]\nmax_batch_size: 4\n")
+        m = load_model(ModelConfig(name="m", kind="tensor", path=str(d)))
+        assert m.backend == "onnx" and m.config.max_batch_size == 4
+
+    @pytest.mark.parametrize("text, says", [
+        ("input_shape: [3]\noutput_shape: [2]\nmax_batch_size: 4\n",
+         "input 'INPUT0' is declared float32 ['batch', 3], the graph's 'X' is float32 ['batch', 2]"),
+        ("input_shape: [2]\noutput_shape: [2]\ndata_type: INT64\nmax_batch_size: 4\n", "declared int64"),
+        ("input { name: 'A' dims: [2] }\ninput { name: 'B' dims: [2] }\noutput_shape: [2]\n",
+         "it declares 2 input(s), the graph has 1"),
+    ])
+    def test_a_textproto_that_disagrees_stops_start_up(self, tmp_path, text, says):
+        d = synth.add_graph(tmp_path / "m" / "model.onnx").parent
+        (d / "model_inference.textproto").write_text(text)
+        with pytest.raises(ModelLoadError, match="disagrees with the graph") as err:
+            load_model(ModelConfig(name="m", kind="tensor", path=str(d)))
+        assert says in str(err.value)
+
+
+def three_ways(url: str, grpc_url: str, model: str, x: np.ndarray, expect: np.ndarray) -> None:
+    """The same [n, 4] request through tritonclient HTTP (binary tensors), tritonclient gRPC and /infer."""
+    import tritonclient.grpc as tg
+    import tritonclient.http as th
+
+    i = th.InferInput("INPUT0", list(x.shape), "FP32")
+    i.set_data_from_numpy(x, binary_data=True)
+    assert np.array_equal(th.InferenceServerClient(url.removeprefix("http://")).infer(model, [i])
+                          .as_numpy("OUTPUT0"), expect)
+    g = tg.InferInput("INPUT0", list(x.shape), "FP32")
+    g.set_data_from_numpy(x)
+    assert np.array_equal(tg.InferenceServerClient(grpc_url).infer(model, [g]).as_numpy("OUTPUT0"), expect)
+    r = httpx.post(url + "/infer", json={"model": model, "input": x.tolist()}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert np.array_equal(np.array(r.json()["output"], dtype=np.float32), expect)
+
+
+@pytest.mark.parametrize("model, op", [("double", "x2"), ("prebuilt", "x2"), ("built", "x2"),
+                                       pytest.param("cppadd", "+1", marks=needs_cxx)])
+def test_every_per_request_backend_three_ways(server, model, op):
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    three_ways(server.url, server.grpc_url, model, x, x * 2 if op == "x2" else x + 1)
+
+
+def test_long_lived_three_ways(long_server):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
+    three_ways(long_server.url, long_server.grpc_url, "long", x, x * 2)

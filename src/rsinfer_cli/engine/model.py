@@ -224,6 +224,10 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     t_build = time.perf_counter() - t1
     rss_delta = rss_bytes() - rss0
     graph = graph_info(sessions[0])
+    if cfg.kind == "tensor" and cfg.path and (Path(cfg.path).expanduser() / "model_inference.textproto").is_file():
+        from .scripts import agree_with_graph
+
+        cfg = agree_with_graph(cfg, Path(cfg.path).expanduser(), graph)
     _trial_forward(cfg.name, sessions + ([wide] if wide is not None else []), graph)
     size = resolved.graph_path.stat().st_size + sum(
         (resolved.graph_path.parent / Path(rel).name).stat().st_size for rel in resolved.external_data)

@@ -247,6 +247,37 @@ def read_contract(folder: Path, name: str) -> Contract:
                     max_batch_size=int(msg.max_batch_size), file=where)
 
 
+def agree_with_graph(cfg: ModelConfig, folder: Path, graph: Any) -> ModelConfig:
+    """An ONNX folder that also carries model_inference.textproto (nereid's folders do): the declaration must
+    agree with the graph (tensors by name, or by position for one tensor; dtype, rank, fixed dimensions), and its
+    max_batch_size applies unless the config sets one."""
+    import dataclasses
+
+    c = read_contract(folder, cfg.name)
+    problems = []
+    for kind, declared, actual in (("input", c.inputs, graph.inputs), ("output", c.outputs, graph.outputs)):
+        if len(declared) != len(actual):
+            problems.append(f"it declares {len(declared)} {kind}(s), the graph has {len(actual)}")
+            continue
+        by_name = {t.name: t for t in actual}
+        for i, d in enumerate(declared):
+            a = by_name.get(d.name, actual[i] if len(actual) == 1 else None)
+            if a is None:
+                problems.append(f"{kind} '{d.name}' is not in the graph ({', '.join(t.name for t in actual)})")
+                continue
+            fixed = [(x, y) for x, y in zip(d.shape, a.shape, strict=False) if isinstance(x, int)
+                     and isinstance(y, int) and y >= 0]
+            if d.dtype != a.dtype or len(d.shape) != len(a.shape) or any(x != y for x, y in fixed):
+                problems.append(f"{kind} '{d.name}' is declared {d.dtype} {list(d.shape)}, the graph's '{a.name}' "
+                                f"is {a.dtype} {list(a.shape)}")
+    if problems:
+        raise ModelLoadError(f"model '{cfg.name}': {c.file} disagrees with the graph: {'; '.join(problems)}",
+                             model=cfg.name)
+    if not cfg.max_batch_size and c.max_batch_size:
+        cfg = dataclasses.replace(cfg, max_batch_size=c.max_batch_size)
+    return cfg
+
+
 # ------------------------------------------------------------------ building the program
 
 
