@@ -24,6 +24,8 @@ from rsinfer_cli.errors import ConfigError, ModelLoadError
 import synth
 from serverutil import ServerThread
 
+SERVE_MODES = ("single", "workers")  # every test that serves also runs against the front-end/engine split
+
 CXX = shutil.which(os.environ.get("CXX", "c++"))
 needs_cxx = pytest.mark.skipif(CXX is None and os.environ.get("RSINFER_REQUIRE_CXX") != "1",
                                reason="no C++ compiler (apt-get install g++)")

@@ -388,7 +388,22 @@ def read_frame(path: Path, expect: TensorInfo, batch: int | None) -> np.ndarray:
     return np.frombuffer(body, dtype=dt).astype(dtype_name, copy=False).reshape(shape)
 
 
-class ProcessSession:
+class _ScriptSession:
+    """What a script model's sessions answer of the `Session` protocol besides `run`: the declared tensors."""
+
+    contract: Contract
+
+    def get_inputs(self) -> list[Any]:
+        return list(self.contract.inputs)
+
+    def get_outputs(self) -> list[Any]:
+        return list(self.contract.outputs)
+
+    def get_providers(self) -> list[str]:
+        return ["CPUExecutionProvider"]
+
+
+class ProcessSession(_ScriptSession):
     """A `Session` whose every forward runs the model's program once (nereid's per-request contract). Safe to
     call from several threads at once: each call is its own process."""
 
@@ -403,15 +418,6 @@ class ProcessSession:
         self.env = {k: v for k, v in os.environ.items() if k not in _QUIET_ENV}
         self._lock = threading.Lock()
         self.running: set[int] = set()       # pids of children now running (tests: no process left behind)
-
-    def get_inputs(self) -> list[Any]:
-        return list(self.contract.inputs)
-
-    def get_outputs(self) -> list[Any]:
-        return list(self.contract.outputs)
-
-    def get_providers(self) -> list[str]:
-        return ["CPUExecutionProvider"]
 
     def run(self, output_names: list[str] | None, input_feed: dict[str, Any]) -> list[Any]:
         out_info = self.contract.outputs[0]
@@ -498,7 +504,7 @@ def _frame(header: dict[str, Any], buffers: list[bytes] | tuple[bytes, ...] = ()
     return len(raw).to_bytes(4, "little") + raw + b"".join(buffers)
 
 
-class WorkerSession:
+class WorkerSession(_ScriptSession):
     """A `Session` over one long-lived process of the model's venv running `script_runner.py`: main.py imported
     once, `infer(inputs) -> outputs` per forward, numpy buffers as raw frames (no pickle). One forward at a time
     (each lane has its own). A process that dies or overruns the deadline is killed; that forward fails and the
@@ -517,15 +523,6 @@ class WorkerSession:
             self._start(START_S)
         except InferenceError as exc:
             raise ModelLoadError(f"model '{name}': {exc}", model=name) from None
-
-    def get_inputs(self) -> list[Any]:
-        return list(self.contract.inputs)
-
-    def get_outputs(self) -> list[Any]:
-        return list(self.contract.outputs)
-
-    def get_providers(self) -> list[str]:
-        return ["CPUExecutionProvider"]
 
     @property
     def pid(self) -> int | None:
