@@ -75,6 +75,8 @@ class ServerConfig:
     # front-end processes (HTTP, validation, tokenizing, JSON) beside one engine process per device; 1: one
     # process does it all; auto (0): a number from the cores and the devices (rsinfer_cli.workers.supervisor)
     workers: int = _opt(1, ge=0, le=64, auto=0)
+    log_format: str = _opt("text", choices=("text", "json"))   # json: one object per line (server/logs.py)
+    access_log: bool = True               # one line per request at info (method, route, status, timings; no body)
 
     @property
     def host(self) -> str:

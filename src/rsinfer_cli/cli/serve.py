@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import typer
@@ -16,6 +15,8 @@ def serve_cmd(
     host: str = typer.Option(None, "--host", help="Address to listen on (overrides server.bind)."),
     port: int = typer.Option(None, "--port", help="Port to listen on (overrides server.bind)."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info (one line per request), warning or error."),
+    log_format: str = typer.Option(None, "--log-format", help="text or json: one object per line (overrides "
+                                   "server.log_format)."),
     workers: str = typer.Option(None, "--workers", help="Front-end processes beside one engine process per device: "
                                 "a number or auto (overrides server.workers; 1: one process)."),
 ) -> None:
@@ -26,11 +27,17 @@ def serve_cmd(
         raise ConfigError(f"--log-level must be one of {', '.join(LEVELS)}, got '{log_level}'")
     if port is not None and not 0 <= port < 65536:
         raise ConfigError(f"--port must be 0..65535, got {port}")
-    root = logging.getLogger()
-    root.setLevel(log_level.upper())
-    for h in root.handlers:
-        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if log_format is not None and log_format not in ("text", "json"):
+        raise ConfigError(f"--log-format must be text or json, got '{log_format}'")
+    from ..server.logs import configure
+
+    configure(log_level, log_format or "text")     # config errors are reported in the format asked for
     cfg = load_config(config)
+    if log_format is not None:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, log_format=log_format))
+    configure(log_level, cfg.server.log_format)
     if workers is not None:
         import dataclasses
 

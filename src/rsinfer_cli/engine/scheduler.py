@@ -24,6 +24,7 @@ running or waiting anywhere in the process goes to the latency lane, which takes
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import math
 import threading
@@ -86,6 +87,12 @@ class ModelQueue(Protocol):
     def stop(self) -> None: ...
 
 
+# a request's own numbers, for its log line: the caller (the HTTP middleware) sets a dict here, and every job of the
+# request adds its queue wait and forward time (ms) to it
+REQUEST_STATS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("rsinfer_request_stats",
+                                                                                      default=None)
+
+
 class Cancelled(Exception):
     """Raised in a worker when the request it works for has no caller any more."""
 
@@ -105,6 +112,7 @@ class _Job:
     done: bool = False                 # answered, failed or abandoned: skip whatever of it is left
     lock: threading.Lock = field(default_factory=threading.Lock)
     timer: asyncio.TimerHandle | None = None
+    forward_s: float = 0.0             # the forwards that ran its rows (its share of their time: all of it)
 
 
 class Runner:
@@ -127,8 +135,11 @@ class Runner:
             raise Cancelled
         t0 = time.perf_counter()
         out = self._forward(self.session, rows)
+        elapsed = time.perf_counter() - t0
+        if self._job is not None:
+            self._job.forward_s += elapsed
         if self._observer is not None:
-            self._observer.forward(len(rows), len(rows) * max(costs, default=1), time.perf_counter() - t0)
+            self._observer.forward(len(rows), len(rows) * max(costs, default=1), elapsed)
         return out
 
 
@@ -269,6 +280,11 @@ class Scheduler:
             raise
         finally:
             job.timer.cancel()
+            stats = REQUEST_STATS.get()
+            if stats is not None:
+                waited = (job.started or job.enqueued) - job.enqueued
+                stats["queue_ms"] = stats.get("queue_ms", 0.0) + waited * 1000
+                stats["inference_ms"] = stats.get("inference_ms", 0.0) + job.forward_s * 1000
 
     def _expire(self, job: _Job) -> None:
         if job.started is None and not job.done:
@@ -429,8 +445,12 @@ class Scheduler:
             except Exception as exc:  # noqa: BLE001 - handed to exactly the requests with rows in it
                 self._post([(job, None, exc) for job in dict.fromkeys(job for job, _ in live)])
                 continue
+            elapsed = time.perf_counter() - t0
+            for job in dict.fromkeys(job for job, _ in live):
+                with job.lock:
+                    job.forward_s += elapsed
             if self.observer is not None:
-                self.observer.forward(len(live), len(live) * max(costs), time.perf_counter() - t0)
+                self.observer.forward(len(live), len(live) * max(costs), elapsed)
             answers: list[tuple[_Job, Any, BaseException | None]] = []
             for (job, i), out in zip(live, outs, strict=True):
                 with job.lock:

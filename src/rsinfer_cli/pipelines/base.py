@@ -35,6 +35,7 @@ class Timing:
     tokenize_s: float = 0.0
     tokens: int = 0
     truncated: int = 0
+    rows: int = 0              # rows the request made (texts, pairs, windows, tensor rows)
 
 
 @dataclass
@@ -45,6 +46,9 @@ class Work(Generic[T]):
     costs: Sequence[int]
     finish: Callable[[list[Any]], T]
     timing: Timing = field(default_factory=Timing)
+
+    def __post_init__(self) -> None:
+        self.timing.rows = len(self.rows)
 
 
 class Timed:

@@ -10,17 +10,19 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from .. import families
 from ..config import Config
 from ..engine.registry import Registry
-from ..engine.scheduler import ModelQueue, Scheduler
+from ..engine.scheduler import REQUEST_STATS, ModelQueue, Scheduler
 from ..engine.threads import CpuBudget
 from ..errors import ConfigError
 from ..pipelines import build_pipeline
 from .errors import RequestTimeout, Unauthorized, response_for, status_for
+from .logs import REQUEST_ID, request_id
 from .metrics import Metrics, QueueCollector
 from .routes import hf, ops
 from .schemas import OPS
@@ -50,6 +52,7 @@ def front(config: Config) -> Callable:
     keys = [k.encode() for k in config.server.api_keys]
     max_body = int(config.server.max_body_mb * 2**20)
     timeout_s = config.server.request_timeout_ms / 1000
+    access = config.server.access_log
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -59,6 +62,10 @@ def front(config: Config) -> Callable:
         metrics.in_flight.inc()
         CACHE_STATUS.set(None)  # keep-alive requests share a task: start each one clean
         BODY_BYTES.set(request.content_length)
+        rid = request_id(request.headers.get("x-request-id"))
+        REQUEST_ID.set(rid)
+        stats: dict[str, Any] = {}
+        REQUEST_STATS.set(stats)
         try:
             try:
                 if keys and route_label(request) not in OPEN_ROUTES:
@@ -94,9 +101,11 @@ def front(config: Config) -> Callable:
             elapsed = time.perf_counter() - t0
             route = route_label(request)
             metrics.http(route, status, elapsed)
-            if access_log.isEnabledFor(logging.INFO):
-                access_log.info("%s %s %s %d %.1fms", request.remote, request.method, route, status,
-                                elapsed * 1000)
+            if access and access_log.isEnabledFor(logging.INFO):
+                fields = {"method": request.method, "route": route, "status": status,
+                          "duration_ms": round(elapsed * 1000, 3), "client": request.remote}
+                fields.update({k: round(v, 3) if isinstance(v, float) else v for k, v in stats.items()})
+                access_log.info("%s %s %d %.1fms", request.method, route, status, elapsed * 1000, extra=fields)
 
     return middleware
 
@@ -168,5 +177,9 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
 
 
 async def _no_banner(request: web.Request, response: web.StreamResponse) -> None:
-    """No version banner: aiohttp would say `Python/3.x aiohttp/3.y`."""
+    """No version banner (aiohttp would say `Python/3.x aiohttp/3.y`), and the request's id on every answer, errors
+    and streamed ones included."""
     response.headers["Server"] = "rsinfer"
+    rid = REQUEST_ID.get()
+    if rid is not None:
+        response.headers["x-request-id"] = rid

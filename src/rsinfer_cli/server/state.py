@@ -17,7 +17,7 @@ from ..config import Config
 from ..engine.cache import Cache
 from ..engine.model import LoadedModel
 from ..engine.registry import Registry
-from ..engine.scheduler import ModelQueue, Runner, as_is
+from ..engine.scheduler import REQUEST_STATS, ModelQueue, Runner, as_is
 from ..pipelines.base import Cached, RowPipeline, Work
 from .metrics import Metrics
 
@@ -58,6 +58,9 @@ class ServerState:
         builds the answer (two hops)."""
         pipe = self.pipelines[model.key]
         scheduler = self.schedulers[model.key]
+        stats = REQUEST_STATS.get()
+        if stats is not None:
+            stats["model"] = model.key
         if self.cache is not None and model.config.cache:
             return await self._infer_cached(model, pipe, scheduler, plan, args, kwargs)
         if self.inline_prep:
@@ -86,6 +89,8 @@ class ServerState:
             result = await scheduler.run(whole)
             timing = planned[0].timing
         self.metrics.observe_request(model.name, model.version or "", timing)
+        if stats is not None:
+            stats["rows"] = stats.get("rows", 0) + timing.rows
         return result
 
     async def _infer_cached(self, model: LoadedModel, pipe: RowPipeline, scheduler: ModelQueue,
@@ -116,6 +121,9 @@ class ServerState:
             if (time.perf_counter() - t0) * 1000 >= min_ms:  # inferstack's rule: only what was worth computing
                 await cache.aset_many(split.entries(keys, outs))
         self.metrics.observe_request(model.name, model.version or "", work.timing)
+        stats = REQUEST_STATS.get()
+        if stats is not None:
+            stats["rows"] = stats.get("rows", 0) + work.timing.rows
         return result
 
     def queue_stats(self) -> list[tuple[str, str, int, int, int]]:

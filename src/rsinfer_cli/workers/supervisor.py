@@ -93,9 +93,11 @@ def check_free(host: str, port: int, keys: str) -> None:
 # ------------------------------------------------------------------ the child processes
 
 
-def _child(level: int, title: str) -> None:
+def _child(level: int, title: str, fmt: str) -> None:
     """A child's logging as the supervisor's, and its name in `ps -o comm`/`top` (Linux: 15 characters)."""
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from ..server.logs import configure
+
+    configure(logging.getLevelName(level), fmt)
     try:
         import ctypes
 
@@ -124,7 +126,7 @@ def engine_main(config: Config, device: str, address: str, conn: Any, level: int
     or its end of the pipe closing, which also happens when the supervisor dies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _child(level, f"rsinfer-{device}")
+    _child(level, f"rsinfer-{device}", config.server.log_format)
     from ..engine.registry import Registry
     from ..server.metrics import Metrics
     from .engine import EngineServer
@@ -149,7 +151,7 @@ def frontend_main(config: Config, index: int, host: str, port: int, engines: lis
                   conn: Any, level: int) -> None:
     """A front-end process: connect to the engines, bind the shared ports, serve until SIGTERM/SIGINT or the
     supervisor's end, drain."""
-    _child(level, f"rsinfer-front{index}")
+    _child(level, f"rsinfer-front{index}", config.server.log_format)
     from ..server.run import drain_seconds, serve_app
     from ..server.systemd import Notifier
     from .frontend import connect, frontend_app

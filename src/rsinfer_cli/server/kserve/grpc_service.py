@@ -7,6 +7,7 @@ of the drain, for Kubernetes' gRPC probes and grpc_health_probe. Health needs no
 from __future__ import annotations
 
 import hmac
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,10 +19,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ...errors import EngineUnavailable, InputError, ModelNotFound, PoolTimeout, RsinferError, Saturated
 from ...pipelines.tensor import TensorPipeline, numpy_dtype, platform, tensor_metadata
+from ..logs import REQUEST_ID, request_id
 from ..state import ServerState
 from . import codec
 from . import kserve_pb2 as pb
 from . import kserve_pb2_grpc as pb_grpc
+
+access_log = logging.getLogger("rsinfer.access")
 
 CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (ModelNotFound, grpc.StatusCode.NOT_FOUND),
@@ -55,6 +59,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         m = state.metrics
         self.requests = m.grpc_requests
         self.duration = m.grpc_duration
+        self.access = state.config.server.access_log
         self._children: dict[tuple[str, str], tuple[Any, Any]] = {}   # metric children, looked up once each
 
     def _observe(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
@@ -76,23 +81,38 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         if not any([hmac.compare_digest(given, k) for k in self.keys]):  # noqa: C419 - compare every key
             raise Unauthenticated("missing or invalid API key; send `authorization: Bearer <key>` metadata")
 
+    def _request_id(self, context: grpc.aio.ServicerContext) -> tuple[tuple[str, str], ...]:
+        """The call's request id (its `x-request-id` metadata, else a new one), set for its log lines; returned as
+        the trailing metadata that echoes it."""
+        given = next((v for k, v in (context.invocation_metadata() or ()) if k.lower() == "x-request-id"), None)
+        rid = request_id(given if isinstance(given, str) else None)
+        REQUEST_ID.set(rid)
+        echo = (("x-request-id", rid),)
+        context.set_trailing_metadata(echo)
+        return echo
+
     async def _call(self, method: str, context: grpc.aio.ServicerContext, fn: Any, *args: Any,
                     open_: bool = False) -> Any:
-        """Auth, metrics, and every error as a gRPC status with its message (never a traceback)."""
+        """Auth, metrics, the request id, and every error as a gRPC status with its message (never a traceback)."""
         t0 = time.perf_counter()
         code = grpc.StatusCode.OK
+        echo = self._request_id(context)
         try:
             if not open_:
                 self._authorize(context)
             return await fn(*args)
         except Unauthenticated as exc:
             code = grpc.StatusCode.UNAUTHENTICATED
-            await context.abort(code, str(exc))
+            await context.abort(code, str(exc), trailing_metadata=echo)
         except RsinferError as exc:
             code = code_for(exc)
-            await context.abort(code, str(exc))
+            await context.abort(code, str(exc), trailing_metadata=echo)
         finally:
-            self._observe(method, code, time.perf_counter() - t0)
+            elapsed = time.perf_counter() - t0
+            self._observe(method, code, elapsed)
+            if self.access and access_log.isEnabledFor(logging.INFO):
+                access_log.info("gRPC %s %s %.1fms", method, code.name, elapsed * 1000, extra={
+                    "method": "gRPC", "route": method, "code": code.name, "duration_ms": round(elapsed * 1000, 3)})
 
     def _model(self, name: str, version: str) -> Any:
         return self.state.registry.get(name, "tensor", version or None)
@@ -178,6 +198,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         """Each request answered in order on the stream; a failed one is an `error_message`, the stream goes on."""
+        self._request_id(context)
         try:
             self._authorize(context)
         except Unauthenticated as exc:

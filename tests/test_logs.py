@@ -1,0 +1,133 @@
+"""Request ids and log lines through a real `rsinfer serve` (one process and worker processes): the id taken from
+`x-request-id` when valid, else new, echoed on every answer (errors too) and in the log lines of its request; JSON
+lines parsed field by field; planted secrets (an API key, a text) never in any line; the access log switchable off;
+gRPC's id through metadata."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+import synth
+from serverutil import ServeProcess, free_port
+
+KEY = "sk-planted-key-7f3a"
+TEXT = "PLANTED-SECRET-TEXT-9d1c"
+
+
+def config(tmp: Path, **server) -> Path:
+    emb = synth.write_model_dir(tmp / "emb")
+    add = synth.add_graph(tmp / "add" / "model.onnx").parent
+    path = tmp / "c.yaml"
+    path.write_text(yaml.safe_dump({"server": {"api_keys": [KEY], **server}, "models": [
+        {"name": "emb", "kind": "embedding", "path": str(emb)},
+        {"name": "add", "kind": "tensor", "path": str(add), "max_batch_size": 8}]}))
+    return path
+
+
+def json_lines(lines: list[str]) -> list[dict]:
+    out = []
+    for line in lines:
+        if line.startswith("{"):
+            out.append(json.loads(line))     # every JSON line parses
+    return out
+
+
+def exercise(url: str) -> dict[str, httpx.Response]:
+    auth = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=url, timeout=30) as c:
+        return {
+            "kept": c.post("/v1/embeddings", headers={**auth, "x-request-id": "client-id-1"},
+                           json={"model": "emb", "input": [TEXT, "second text"]}),
+            "tensor": c.post("/v2/models/add/infer", headers={**auth, "x-request-id": "client-id-2"},
+                             json={"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}),
+            "replaced": c.post("/v1/embeddings", headers={**auth, "x-request-id": "has spaces"},
+                               json={"model": "emb", "input": TEXT}),
+            "too_long": c.get("/v1/models", headers={**auth, "x-request-id": "x" * 129}),
+            "unauthorized": c.post("/v1/embeddings", headers={"x-request-id": "client-id-3"},
+                                   json={"model": "emb", "input": TEXT}),
+            "bad_request": c.post("/v1/embeddings", headers={**auth, "x-request-id": "client-id-4"},
+                                  json={"model": "emb", "input": []}),
+        }
+
+
+def check_ids(got: dict[str, httpx.Response]) -> None:
+    assert got["kept"].headers["x-request-id"] == "client-id-1"
+    assert got["tensor"].headers["x-request-id"] == "client-id-2"
+    for name in ("replaced", "too_long"):
+        rid = got[name].headers["x-request-id"]
+        assert len(rid) == 32 and rid.isalnum()                 # a new one
+    assert got["unauthorized"].status_code == 401 and got["unauthorized"].headers["x-request-id"] == "client-id-3"
+    assert got["bad_request"].status_code == 400 and got["bad_request"].headers["x-request-id"] == "client-id-4"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_json_logs_and_request_ids(tmp_path, workers):
+    srv = ServeProcess(config(tmp_path), free_port(), args=["--log-format", "json", "--workers", str(workers)])
+    try:
+        srv.wait_ready(120)
+        got = exercise(srv.url)
+        check_ids(got)
+    finally:
+        assert srv.stop() == 0
+    text = "".join(srv.lines)
+    assert KEY not in text and TEXT not in text                 # never a key or a text, in any line
+    lines = json_lines(srv.lines)
+    assert lines and all({"ts", "level", "logger", "msg"} <= set(x) for x in lines)
+    access = {x["request_id"]: x for x in lines if x["logger"] == "rsinfer.access"}
+    kept = access["client-id-1"]
+    assert (kept["method"], kept["route"], kept["status"], kept["model"], kept["rows"]) == \
+        ("POST", "/v1/embeddings", 200, "emb", 2)
+    assert kept["duration_ms"] > 0 and kept["level"] == "info"
+    if workers == 1:                                            # the scheduler's own numbers, in one process
+        assert kept["inference_ms"] > 0 and kept["queue_ms"] >= 0
+    tensor = access["client-id-2"]
+    assert tensor["route"] == "/v2/models/{model}/infer" and tensor["model"] == "add" and tensor["rows"] == 1
+    assert access["client-id-3"]["status"] == 401 and access["client-id-4"]["status"] == 400
+    assert access[got["replaced"].headers["x-request-id"]]["status"] == 200
+
+
+def test_access_log_off_and_text_format(tmp_path):
+    srv = ServeProcess(config(tmp_path, access_log=False), free_port())
+    try:
+        srv.wait_ready(120)
+        with httpx.Client(base_url=srv.url, timeout=30) as c:
+            r = c.post("/v1/embeddings", headers={"Authorization": f"Bearer {KEY}", "x-request-id": "quiet-1"},
+                       json={"model": "emb", "input": TEXT})
+            assert r.headers["x-request-id"] == "quiet-1"
+            c.get("/nope", headers={"Authorization": f"Bearer {KEY}", "x-request-id": "quiet-2"})
+    finally:
+        assert srv.stop() == 0
+    assert not [ln for ln in srv.lines if "rsinfer.access" in ln]
+    assert not json_lines(srv.lines)                            # text by default
+    assert any("rsinfer.engine: thread plan:" in ln for ln in srv.lines)
+
+
+def test_grpc_request_id_through_metadata(tmp_path):
+    import grpc
+
+    from rsinfer_cli.server.kserve import kserve_pb2 as pb
+    from rsinfer_cli.server.kserve import kserve_pb2_grpc as pb_grpc
+
+    port = free_port()
+    srv = ServeProcess(config(tmp_path, grpc_bind=f"127.0.0.1:{port}"), free_port(), args=["--log-format", "json"])
+    try:
+        srv.wait_ready(120)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pb_grpc.GRPCInferenceServiceStub(ch)
+            _, call = stub.ModelMetadata.with_call(pb.ModelMetadataRequest(name="add"), timeout=10, metadata=(
+                ("authorization", f"Bearer {KEY}"), ("x-request-id", "grpc-id-1")))
+            assert dict(call.trailing_metadata())["x-request-id"] == "grpc-id-1"
+            with pytest.raises(grpc.RpcError) as err:          # an error carries it too
+                stub.ModelMetadata(pb.ModelMetadataRequest(name="nope"), timeout=10, metadata=(
+                    ("authorization", f"Bearer {KEY}"), ("x-request-id", "grpc-id-2")))
+            assert dict(err.value.trailing_metadata())["x-request-id"] == "grpc-id-2"
+    finally:
+        assert srv.stop() == 0
+    access = {x.get("request_id"): x for x in json_lines(srv.lines) if x["logger"] == "rsinfer.access"}
+    assert access["grpc-id-1"]["route"] == "ModelMetadata" and access["grpc-id-1"]["code"] == "OK"
+    assert access["grpc-id-2"]["code"] == "NOT_FOUND"
