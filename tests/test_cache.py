@@ -91,7 +91,8 @@ def test_miss_hit_partial_and_identical_answers(shared_models, registry, request
         metrics = c.get("/metrics").text
         assert 'rsinfer_cache_hits_total{model="mini"}' in metrics
         assert 'rsinfer_cache_misses_total{model="pii"} ' in metrics
-        assert c.get("/health").json() == {"status": "ok", "cache": "ok"}
+        assert c.get("/health").json() == {"status": "ok", "cache": "ok", "models_loaded": len(registry.models),
+                                           "redis_connected": True if backend == "redis" else None}
 
 
 def test_redis_survives_restarts_outages_and_keeps_no_text(shared_models, registry, redis_server):
@@ -116,7 +117,8 @@ def test_redis_survives_restarts_outages_and_keeps_no_text(shared_models, regist
         t0 = time.monotonic()
         r = post(c, "/v1/embeddings", texts)
         assert r.headers["x-rsinfer-cache"] == "miss" and time.monotonic() - t0 < 5
-        assert c.get("/health").json() == {"status": "ok", "cache": "unavailable"}
+        assert c.get("/health").json() == {"status": "ok", "cache": "unavailable",
+                                           "models_loaded": len(registry.models), "redis_connected": False}
         assert post(c, "/pii/detect", pii).status_code == 200
         assert 'rsinfer_cache_errors_total{backend="redis"}' in c.get("/metrics").text
         redis_server.start()  # back (empty: no persistence)

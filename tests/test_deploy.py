@@ -177,7 +177,13 @@ def test_manifests_validate_against_the_kubernetes_schemas():
     pod = deploy["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["readinessProbe"]["httpGet"]["path"] == "/health" and "livenessProbe" in c and c["resources"]
-    assert pod["terminationGracePeriodSeconds"] > 121
+    from rsinfer_cli.config import parse_config
+    from rsinfer_cli.server.run import drain_seconds
+
+    cm = next(d for _, d in documents() if d.get("kind") == "ConfigMap")
+    served = parse_config(yaml.safe_load(cm["data"]["config.yaml"]))
+    assert served.server.shutdown_delay_ms > 0                       # readiness fails before the listener closes
+    assert pod["terminationGracePeriodSeconds"] > drain_seconds(served)
     assert pod["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["readOnlyRootFilesystem"] is True
     assert any("emptyDir" in v for v in pod["volumes"])
 

@@ -66,3 +66,41 @@ def test_not_serving_while_unready_and_from_the_drain(server):
         if check(server.grpc_url) == NOT_SERVING:
             break
     assert check(server.grpc_url) == NOT_SERVING
+
+
+def test_a_drain_is_unready_at_once_and_still_serves_during_the_delay(tmp_path):
+    """SIGTERM with server.shutdown_delay_ms: /health, KServe ready and gRPC health fail at once while requests are
+    still answered; then the listener closes and the process exits 0."""
+    import signal
+    import time
+
+    import httpx
+    import yaml
+
+    from serverutil import ServeProcess, free_port
+
+    grpc_port = free_port()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"server": {"grpc_bind": f"127.0.0.1:{grpc_port}", "shutdown_delay_ms": 3000},
+                                   "models": [{"name": "add", "kind": "tensor", "path": str(add_one(tmp_path))}]}))
+    srv = ServeProcess(cfg, free_port())
+    try:
+        srv.wait_ready(120)
+        body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}
+        with httpx.Client(base_url=srv.url, timeout=10) as c:
+            assert c.get("/health").json()["models_loaded"] == 1
+            t0 = time.monotonic()
+            srv.proc.send_signal(signal.SIGTERM)
+            for _ in range(200):
+                if c.get("/health").status_code == 503:
+                    break
+                time.sleep(0.01)
+            health = c.get("/health")
+            assert health.status_code == 503 and health.json()["reason"].startswith("draining")
+            assert c.get("/v2/health/ready").status_code == 503
+            assert check(f"127.0.0.1:{grpc_port}") == NOT_SERVING
+            r = c.post("/v2/models/add/infer", json=body)            # still served during the delay
+            assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [2.0, 3.0]
+            assert time.monotonic() - t0 < 3
+    finally:
+        assert srv.stop(60) == 0

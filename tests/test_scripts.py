@@ -91,6 +91,14 @@ int main() {
 '''
 
 
+def children() -> list[tuple[str, str]]:
+    """(state, command line) of this process's children: the model processes of an in-process server."""
+    out = subprocess.run(["ps", "--ppid", str(os.getpid()), "-o", "stat=,args="], capture_output=True, text=True,
+                         timeout=30).stdout
+    rows = [ln.split(None, 1) + [""] for ln in out.splitlines() if ln.strip()]
+    return [(r[0], r[1]) for r in rows]
+
+
 def folder(root: Path, name: str, files: dict[str, str], venv: bool = True) -> Path:
     """A model folder; `venv`: a venv made now (without pip: fast), which start-up reuses."""
     d = root / name
@@ -225,8 +233,7 @@ class TestFailures:
                 break
             time.sleep(0.05)
         assert not session.running
-        out = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout
-        assert not [ln for ln in out.splitlines() if "slow" in ln and "main.py" in ln], out   # no zombie, no orphan
+        assert not [c for c in children() if c[0].startswith("Z") or "main.py" in c[1]]   # no zombie, none left
         still_serving(http)
 
 
@@ -416,8 +423,7 @@ class TestLongLived:
                 assert long_infer(c, 2).status_code == 200
             assert infer(c, "double", [1, 2, 3, 4], [1, 4]).status_code == 200
             assert c.get("/health").status_code == 200
-        out = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True).stdout
-        assert not [ln for ln in out.splitlines() if ln.startswith("Z") and "python" in ln], out
+        assert not [c for c in children() if c[0].startswith("Z")]       # every ended process was reaped
 
     def test_numpy_missing_from_the_venv_stops_start_up(self, tmp_path):
         d = python_model(tmp_path, "nonumpy", LONG, LONG_CONTRACT)

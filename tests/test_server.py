@@ -283,8 +283,8 @@ class TestAuth:
 
 class TestOps:
     def test_health(self, client):
-        assert client.get("/health").json() == {"status": "ok"}
-        assert client.post("/health").json() == {"status": "ok"}
+        assert client.get("/health").json() == {"status": "ok", "models_loaded": 1, "redis_connected": None}
+        assert client.post("/health").json()["status"] == "ok"
 
     def test_models_card(self, client):
         body = client.get("/v1/models").json()

@@ -76,6 +76,9 @@ class ServerConfig:
     # process does it all; auto (0): a number from the cores and the devices (rsinfer_cli.workers.supervisor)
     workers: int = _opt(1, ge=0, le=64, auto=0)
     log_format: str = _opt("text", choices=("text", "json"))   # json: one object per line (server/logs.py)
+    # on SIGTERM: readiness (/health, KServe ready, gRPC health) fails at once; requests are still served this long
+    # (a load balancer stops sending), then the listener closes and the requests in flight drain
+    shutdown_delay_ms: int = _opt(0, ge=0)
     access_log: bool = True               # one line per request at info (method, route, status, timings; no body)
 
     @property

@@ -61,7 +61,15 @@ async def serve_app(app: web.Application, host: str, port: int, drain_s: float, 
     notifier.ready(f"serving {len(state.registry.entries)} model(s) on {shown}:{port}{grpc_note}")
     watchdog = asyncio.create_task(notifier.watchdog())
     await stop.wait()
+    state.stopping = True      # /health and KServe ready say 503 from now on; the listener closes next
     notifier.stopping()
+    delay = state.config.server.shutdown_delay_ms / 1000
+    if delay:
+        log.warning("shutdown signal received: not ready; still serving for %.1f s (server.shutdown_delay_ms)",
+                    delay)
+        if grpc_server is not None:
+            await grpc_server.health.enter_graceful_shutdown()
+        await asyncio.sleep(delay)
     watchdog.cancel()
     log.warning("shutdown signal received: draining requests in flight")
     # both fronts stop accepting and let the calls in flight finish (up to drain_s), side by side; the app's
@@ -77,7 +85,8 @@ def served(registry: Registry) -> str:
 
 
 def drain_seconds(config: Config) -> float:
-    return config.server.request_timeout_ms / 1000 + 1
+    """How long a stop may take: the shutdown delay, then the longest request in flight."""
+    return (config.server.shutdown_delay_ms + config.server.request_timeout_ms) / 1000 + 1
 
 
 def serve(config: Config, host: str | None = None, port: int | None = None) -> None:

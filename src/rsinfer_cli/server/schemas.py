@@ -404,6 +404,8 @@ class InferstackResponse(Response):
 
 class Health(Response):
     status: Literal["ok"]
+    models_loaded: int                        # every model (each version its own) loaded and checked
+    redis_connected: bool | None = None       # the Redis row cache answers; null without one
     cache: Literal["ok", "unavailable"] | None = None
 
 

@@ -50,6 +50,13 @@ class ServerState:
     unready: Callable[[], str | None] | None = None      # why this server is not ready (front ends: the engine,
                                                          # another front end), None when it is
     before_metrics: Callable[[], Awaitable[None]] | None = None   # a front end fetches the engine's queue numbers
+    stopping: bool = False     # a drain started: not ready any more (the listener closes next)
+
+    def not_ready(self) -> str | None:
+        """Why this server should not get new requests now (a drain, its engine, another front end); None: ready."""
+        if self.stopping:
+            return "draining: the server is shutting down"
+        return self.unready() if self.unready is not None else None
 
     async def infer(self, model: LoadedModel, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
         """plan(*args, **kwargs) → Work, its rows run, its answer built. When a replica is free (or batching is off):

@@ -126,8 +126,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ServerReady(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def ready() -> Any:
-            unready = self.state.unready
-            return pb.ServerReadyResponse(ready=unready is None or unready() is None)
+            return pb.ServerReadyResponse(ready=self.state.not_ready() is None)
         return await self._call("ServerReady", context, ready, open_=True)
 
     async def ModelReady(self, request: Any, context: Any) -> Any:  # noqa: N802
@@ -233,8 +232,7 @@ class Health(grpc_health.aio.HealthServicer):
         self.state = state
 
     async def Check(self, request: Any, context: Any) -> Any:  # noqa: N802 - the protocol's names
-        unready = self.state.unready
-        if request.service in ("", SERVICE) and unready is not None and unready() is not None:
+        if request.service in ("", SERVICE) and self.state.not_ready() is not None:
             return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING)
         return await super().Check(request, context)
 

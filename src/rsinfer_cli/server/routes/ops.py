@@ -19,15 +19,17 @@ async def health(request: web.Request) -> web.Response:
     """200 once every model is loaded (the listener binds only then); with a cache, whether it answers (a cache
     that is down never makes the server unhealthy: requests are served without it)."""
     state = request.app[STATE]
-    why = state.unready() if state.unready is not None else None
+    why = state.not_ready()
     if why is not None:
         return web.Response(status=503, body=dumps({"status": "unavailable", "reason": why}),
                             content_type="application/json")
+    body: dict[str, Any] = {"status": "ok", "models_loaded": len(state.registry.models), "redis_connected": None}
     cache = state.cache
-    if cache is None:
-        return web.Response(body=b'{"status":"ok"}', content_type="application/json")
-    return web.Response(body=dumps({"status": "ok", "cache": "ok" if cache.available else "unavailable"}),
-                        content_type="application/json")
+    if cache is not None:
+        body["cache"] = "ok" if cache.available else "unavailable"
+        if state.config.server.cache is not None and state.config.server.cache.backend == "redis":
+            body["redis_connected"] = cache.available
+    return web.Response(body=dumps(body), content_type="application/json")
 
 
 def public_source(source: str) -> str:

@@ -53,7 +53,7 @@ async def ready(request: web.Request) -> web.Response:
     """Ready: every model loaded (the listener binds only then), and with worker processes, the engine and every
     front end up."""
     state = request.app[STATE]
-    return web.Response(status=503 if state.unready is not None and state.unready() is not None else 200)
+    return web.Response(status=503 if state.not_ready() is not None else 200)
 
 
 @routes.get("/v2")
