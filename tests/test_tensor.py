@@ -403,3 +403,61 @@ def test_one_shot_commands_take_a_versioned_models_default_version(shared_models
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert [t["name"] for t in json.loads(proc.stdout)["graph"]["inputs"]] == ["INPUT0", "INPUT1"]  # add_sub: v2
+
+
+class TestInputRules:
+    """min_elements / max_elements (per row) and normalize_input: minmax (per row, before the forward and the
+    row cache)."""
+
+    @pytest.fixture
+    def served(self, tmp_path):
+        import synth
+
+        add = synth.add_graph(tmp_path / "add" / "model.onnx", value=0.0, width=4).parent
+        cfg = parse_config({"server": {"cache": {"backend": "memory"}}, "models": [
+            {"name": "bounded", "kind": "tensor", "path": str(add), "max_batch_size": 8, "min_elements": 4,
+             "max_elements": 4},
+            {"name": "narrow", "kind": "tensor", "path": str(add), "max_batch_size": 8, "max_elements": 3},
+            {"name": "minmax", "kind": "tensor", "path": str(add), "max_batch_size": 8,
+             "normalize_input": "minmax"}]})
+        with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+            yield c
+
+    def test_bounds_are_checked_per_row(self, served):
+        ok = served.post("/v2/models/bounded/infer", json={"inputs": [
+            {"name": "X", "datatype": "FP32", "shape": [3, 4], "data": [1.0] * 12}]})
+        assert ok.status_code == 200
+        refused = served.post("/v2/models/narrow/infer", json={"inputs": [
+            {"name": "X", "datatype": "FP32", "shape": [1, 4], "data": [1.0] * 4}]})
+        assert refused.status_code == 400
+        assert refused.json() == {"error": "input 'X' has 4 elements per row; this model takes 0..3 "
+                                           "(min_elements..max_elements)"}
+        card = next(m for m in served.get("/v1/models").json()["data"] if m["id"] == "narrow")
+        assert card["pipeline"]["max_elements"] == 3
+
+    def test_minmax_per_row_and_the_cache_sees_normalized_rows(self, served):
+        def send(data: list[float]) -> httpx.Response:
+            return served.post("/v2/models/minmax/infer", json={"inputs": [
+                {"name": "X", "datatype": "FP32", "shape": [2, 4], "data": data}]})
+
+        r = send([0, 5, 10, 20, 7, 7, 7, 7])
+        assert r.status_code == 200
+        assert r.json()["outputs"][0]["data"] == [0.0, 0.25, 0.5, 1.0, 0.0, 0.0, 0.0, 0.0]   # a flat row: zeros
+        scaled = send([0, 50, 100, 200, 1, 1, 1, 1])         # the same rows after minmax: served from the cache
+        assert scaled.headers["x-rsinfer-cache"] == "hit"
+        assert scaled.json()["outputs"][0]["data"] == r.json()["outputs"][0]["data"]
+
+    def test_load_time_rules(self, tmp_path):
+        from rsinfer_cli.config import ModelConfig
+        from rsinfer_cli.engine.model import load_model
+        from rsinfer_cli.errors import ModelLoadError
+        from rsinfer_cli.pipelines.tensor import TensorPipeline
+
+        import synth
+
+        d = synth.add_graph(tmp_path / "a" / "model.onnx").parent
+        with pytest.raises(ModelLoadError, match=r"min_elements \(5\) is above max_elements \(4\)"):
+            TensorPipeline(load_model(ModelConfig(name="a", kind="tensor", path=str(d), min_elements=5,
+                                                  max_elements=4)))
+        with pytest.raises(ConfigError, match=r"models\[0\].normalize_input: applies to kind tensor only"):
+            parse_config({"models": [{"name": "e", "kind": "embedding", "path": "x", "normalize_input": "minmax"}]})

@@ -150,6 +150,12 @@ class ModelConfig:
     max_batch_size: int = _opt(0, ge=0)    # > 0: dimension 0 is the batch; requests are batched up to this many rows
     # tensor: what serves the folder (engine/scripts.py): auto (from its files) | onnx | python | exec (nereid: cpp)
     backend: str = _opt("auto", choices=("auto", "onnx", "python", "exec", "cpp"))
+    # tensor: input rules (inferstack-rs's MIN/MAX_INPUT_SIZE, NORMALIZE_INPUT): elements per row of every input
+    # (the batch dimension left out when max_batch_size > 0); minmax rescales each row of a float input to [0, 1]
+    # (`normalize_input`: `normalize` is the embedding family's L2 switch)
+    min_elements: int | None = _opt(None, ge=0)
+    max_elements: int | None = _opt(None, gt=0)
+    normalize_input: str = _opt("none", choices=("none", "minmax"))
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     # versions: each loads as its own model; requests naming none are routed by weight (or default_version)
     versions: tuple[VersionConfig, ...] = ()

@@ -158,4 +158,5 @@ register(_builtin("pii", "PII detection and redaction", "PiiPipeline", ["redact"
 register(Family(kind="tensor", summary="any ONNX graph as named tensors (KServe v2 REST and gRPC, /infer, /batch)",
                 pipeline="rsinfer_cli.pipelines.tensor:TensorPipeline",
                 routes="rsinfer_cli.server.routes.tensor:routes", bench="rsinfer_cli.server.routes.tensor:BENCH",
-                needs_tokenizer=False, config_fields=("max_batch_size", "backend"), recognise=_is_tensor, priority=0))
+                needs_tokenizer=False, config_fields=("max_batch_size", "backend", "min_elements", "max_elements",
+                                                             "normalize_input"), recognise=_is_tensor, priority=0))

@@ -46,6 +46,16 @@ def numpy_dtype(datatype: str) -> np.dtype[Any]:
     return np.dtype(DATATYPES[datatype])
 
 
+def minmax_rows(arr: Array, batched: bool) -> Array:
+    """Each row rescaled to [0, 1] (a constant row becomes zeros), in the input's own float dtype."""
+    x = arr.astype(np.float64)
+    flat = x.reshape(x.shape[0], -1) if batched and x.ndim > 1 else x.reshape(1, -1)
+    lo, hi = flat.min(axis=1, keepdims=True), flat.max(axis=1, keepdims=True)
+    span = np.where(hi > lo, hi - lo, 1.0)
+    out: Array = ((flat - lo) / span).reshape(arr.shape).astype(arr.dtype)
+    return out
+
+
 def kserve_shape(t: TensorInfo) -> list[int]:
     return [d if isinstance(d, int) and d >= 0 else -1 for d in t.shape]
 
@@ -81,6 +91,16 @@ class TensorPipeline(RowPipeline):
                         f"model '{model.name}': max_batch_size is {self.max_batch_size} but input '{t.name}' has "
                         f"shape {list(t.shape)}, without a variable batch dimension 0; set max_batch_size: 0",
                         model=model.name)
+        cfg = model.config
+        self.min_elements, self.max_elements, self.normalize = cfg.min_elements, cfg.max_elements, cfg.normalize_input
+        if self.min_elements is not None and self.max_elements is not None and self.min_elements > self.max_elements:
+            raise ModelLoadError(f"model '{model.name}': min_elements ({self.min_elements}) is above max_elements "
+                                 f"({self.max_elements})", model=model.name)
+        if self.normalize == "minmax":
+            odd = [t.name for t in model.graph.inputs if t.dtype not in ("float16", "float32", "float64")]
+            if odd:
+                raise ModelLoadError(f"model '{model.name}': normalize_input: minmax needs float inputs; "
+                                     f"{', '.join(odd)} {'is' if len(odd) == 1 else 'are'} not", model=model.name)
         # rows per forward: up to max_batch_size requests' rows; a row costs 1 (no token budget here)
         self.max_rows = max(self.max_batch_size, 1)
         self.max_tokens = 1 << 30
@@ -93,8 +113,10 @@ class TensorPipeline(RowPipeline):
 
     def describe(self) -> dict[str, Any]:
         g = self.model.graph
+        rules = {k: v for k, v in (("min_elements", self.min_elements), ("max_elements", self.max_elements),
+                                   ("normalize_input", self.normalize)) if v not in (None, "none")}
         return {"kind": "tensor", "max_batch_size": self.max_batch_size, "inputs": tensor_metadata(g.inputs),
-                "outputs": tensor_metadata(g.outputs)}
+                "outputs": tensor_metadata(g.outputs), **rules}
 
     # ------------------------------------------------------------ validation
 
@@ -147,10 +169,22 @@ class TensorPipeline(RowPipeline):
                     raise InputError(f"input '{name}' has batch size {n} but another input has {batch}; all inputs "
                                      "must agree on dimension 0", param=name)
                 batch = n
+            self._check_elements(name, arr)
             out[name] = arr
         if unbatched and batch is not None and batch != 1:
             raise InputError("some inputs leave out the batch dimension and others do not", param=None)
         return out, (None if unbatched else batch)
+
+    def _check_elements(self, name: str, arr: Array) -> None:
+        """min_elements/max_elements: the elements of one row of the input (of the whole tensor without a batch)."""
+        if self.min_elements is None and self.max_elements is None:
+            return
+        per_row = math.prod(arr.shape[1:]) if self.max_batch_size > 0 else arr.size
+        lo, hi = self.min_elements, self.max_elements
+        if (lo is not None and per_row < lo) or (hi is not None and per_row > hi):
+            bounds = f"{lo if lo is not None else 0}..{hi if hi is not None else 'any'}"
+            raise InputError(f"input '{name}' has {per_row} elements per row; this model takes {bounds} "
+                             "(min_elements..max_elements)", param=name)
 
     # ------------------------------------------------------------ rows
 
@@ -163,6 +197,8 @@ class TensorPipeline(RowPipeline):
                 raise InputError(f"unknown output '{name}'; the model's outputs are {', '.join(self.outputs)}",
                                  param=name)
         feeds, batch = self.check(tensors)
+        if self.normalize == "minmax":      # before the rows exist: the forward and the row cache see the same values
+            feeds = {k: minmax_rows(v, self.max_batch_size > 0) for k, v in feeds.items()}
         timing = Timing()
         if self.max_batch_size > 0:
             n = next(iter(feeds.values())).shape[0] if feeds else 1
