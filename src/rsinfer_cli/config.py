@@ -56,6 +56,14 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class RateLimitConfig:
+    """`requests` per `window_s` seconds per client (server/ratelimit.py)."""
+
+    requests: int = _opt(60, gt=0)
+    window_s: float = _opt(60.0, gt=0)
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     bind: str = "127.0.0.1:8080"
     grpc_bind: str | None = None          # KServe v2 gRPC (tritonclient.grpc), e.g. 127.0.0.1:8001; off when unset
@@ -79,6 +87,9 @@ class ServerConfig:
     # on SIGTERM: readiness (/health, KServe ready, gRPC health) fails at once; requests are still served this long
     # (a load balancer stops sending), then the listener closes and the requests in flight drain
     shutdown_delay_ms: int = _opt(0, ge=0)
+    rate_limit: RateLimitConfig | None = None       # per API key (per address without keys); null: no limit
+    # an api_keys entry may be {key, rate_limit}: its own limit, by the key's position (set by parse_config)
+    key_limits: tuple[tuple[int, RateLimitConfig], ...] = field(default=(), metadata={"internal": True})
     access_log: bool = True               # one line per request at info (method, route, status, timings; no body)
 
     @property
@@ -480,6 +491,28 @@ def from_nereid(data: dict[str, Any], errs: _Errors) -> dict[str, Any]:
     return {"server": {"grpc_bind": bind} if isinstance(bind, str) and bind else {}, "models": models}
 
 
+def _api_keys(entries: list[Any], limits: list[tuple[int, RateLimitConfig]], errs: _Errors) -> list[Any]:
+    """`server.api_keys`: strings, or `{key, rate_limit}` mappings whose limit is kept by the key's position."""
+    out: list[Any] = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            out.append(entry)
+            continue
+        where = f"server.api_keys[{i}]"
+        for k in entry:
+            if k not in ("key", "rate_limit"):
+                errs.add(f"{where}.{k}", "unknown key (allowed: key, rate_limit)")
+        if not isinstance(entry.get("key"), str) or not entry.get("key"):
+            errs.add(f"{where}.key", "required: the key, a string")
+            continue
+        out.append(entry["key"])
+        if entry.get("rate_limit") is not None:
+            limit = _build(RateLimitConfig, entry["rate_limit"], f"{where}.rate_limit", errs)
+            if limit is not None:
+                limits.append((i, limit))
+    return out
+
+
 def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None) -> Config:
     """Validate an already-parsed YAML document (rsinfer's, rs-infer's or nereid-server's)."""
     errs = _Errors(file)
@@ -493,7 +526,14 @@ def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None
             close = difflib.get_close_matches(str(key), ["server", "models"], n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else " (allowed: server, models)"
             errs.add(str(key), f"unknown key{hint}")
-    server = _build(ServerConfig, data.get("server") or {}, "server", errs) or ServerConfig()
+    raw_server = data.get("server") or {}
+    key_limits: list[tuple[int, RateLimitConfig]] = []
+    if isinstance(raw_server, dict) and isinstance(raw_server.get("api_keys"), list):
+        raw_server = dict(raw_server)
+        raw_server["api_keys"] = _api_keys(raw_server["api_keys"], key_limits, errs)
+    server = _build(ServerConfig, raw_server, "server", errs) or ServerConfig()
+    if key_limits:
+        server = dataclasses.replace(server, key_limits=tuple(key_limits))
     for key in ("bind", "grpc_bind"):
         value = getattr(server, key)
         if value:

@@ -21,9 +21,11 @@ from ..engine.scheduler import REQUEST_STATS, ModelQueue, Scheduler
 from ..engine.threads import CpuBudget
 from ..errors import ConfigError
 from ..pipelines import build_pipeline
-from .errors import RequestTimeout, Unauthorized, response_for, status_for
+from .errors import RateLimited, RequestTimeout, Unauthorized, response_for, status_for
 from .logs import REQUEST_ID, request_id
 from .metrics import Metrics, QueueCollector
+from .ratelimit import HEADERS as LIMIT_HEADERS
+from .ratelimit import Limit, RateLimiter
 from .routes import hf, ops
 from .schemas import OPS
 from .state import BODY_BYTES, CACHE_STATUS, STATE, ServerState
@@ -44,7 +46,7 @@ def route_label(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-def front(config: Config) -> Callable:
+def front(config: Config, limiter: RateLimiter | None = None) -> Callable:
     """The one middleware (each layer of aiohttp middleware costs a request ~10 µs of CPU, measured): metrics and
     one access-log line per request (never the body) whatever the outcome; auth (constant-time), the body cap
     before the body is read and the whole-request timeout; and the one place errors become HTTP responses (ours,
@@ -62,17 +64,30 @@ def front(config: Config) -> Callable:
         metrics.in_flight.inc()
         CACHE_STATUS.set(None)  # keep-alive requests share a task: start each one clean
         BODY_BYTES.set(request.content_length)
+        LIMIT_HEADERS.set(None)
         rid = request_id(request.headers.get("x-request-id"))
         REQUEST_ID.set(rid)
         stats: dict[str, Any] = {}
         REQUEST_STATS.set(stats)
         try:
             try:
+                key_index = None
                 if keys and route_label(request) not in OPEN_ROUTES:
                     header = request.headers.get("Authorization", "")
                     given = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
-                    if not any([hmac.compare_digest(given, k) for k in keys]):  # noqa: C419 - compare every key
+                    matches = [hmac.compare_digest(given, k) for k in keys]   # every key compared
+                    if not any(matches):
                         raise Unauthorized("missing or invalid API key; send `Authorization: Bearer <key>`")
+                    key_index = matches.index(True)
+                if limiter is not None and route_label(request) not in OPEN_ROUTES:
+                    client = f"key:{key_index}" if key_index is not None else f"addr:{request.remote}"
+                    verdict = limiter.check(client, key_index)
+                    if verdict is not None:
+                        LIMIT_HEADERS.set(verdict.headers())
+                        if not verdict.allowed:
+                            metrics.rate_limited.labels(route_label(request)).inc()
+                            raise RateLimited(f"rate limit reached: {verdict.limit} requests per "
+                                              f"{verdict.window_s:g} s; retry in {verdict.headers()['Retry-After']} s")
                 if request.content_length is not None and request.content_length > max_body:
                     raise web.HTTPRequestEntityTooLarge(max_size=max_body, actual_size=request.content_length)
                 try:
@@ -110,6 +125,16 @@ def front(config: Config) -> Callable:
     return middleware
 
 
+def rate_limiter(config: Config) -> RateLimiter | None:
+    """`server.rate_limit` and the keys' own limits; each of N front-end processes holds 1/N of each."""
+    s = config.server
+    if s.rate_limit is None and not s.key_limits:
+        return None
+    default = Limit(s.rate_limit.requests, s.rate_limit.window_s) if s.rate_limit is not None else None
+    return RateLimiter(default, {i: Limit(lim.requests, lim.window_s) for i, lim in s.key_limits},
+                       share=max(1, s.workers))
+
+
 def check_served(config: Config) -> None:
     """Refuse, before any model is loaded, a config with a kind the daemon has no routes for."""
     served = families.served_kinds()
@@ -125,8 +150,9 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     """`queues`: the models' schedulers when they live elsewhere (a front-end process: the engine process runs the
     forwards); by default each model gets its own `Scheduler` over its sessions here."""
     check_served(config)
+    limiter = rate_limiter(config)
     app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
-                          middlewares=[front(config)])
+                          middlewares=[front(config, limiter)])
     metrics = metrics or Metrics()
     plan = registry.plan
     infer = ThreadPoolExecutor(max_workers=plan.infer_threads if queues is None else 1, thread_name_prefix="infer")
@@ -141,7 +167,8 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
         for key, m in registry.models.items()
     }
     state = ServerState(config=config, registry=registry, pipelines=pipelines, schedulers=schedulers,
-                        prep_executor=prep, infer_executor=infer, metrics=metrics, inline_prep=queues is not None)
+                        prep_executor=prep, infer_executor=infer, metrics=metrics, inline_prep=queues is not None,
+                        limiter=limiter)
     if config.server.cache is not None:
         from ..engine.cache import MemoryCache, open_cache
 
@@ -183,3 +210,6 @@ async def _no_banner(request: web.Request, response: web.StreamResponse) -> None
     rid = REQUEST_ID.get()
     if rid is not None:
         response.headers["x-request-id"] = rid
+    limits = LIMIT_HEADERS.get()
+    if limits is not None:
+        response.headers.update(limits)

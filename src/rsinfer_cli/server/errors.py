@@ -35,6 +35,12 @@ class RequestTimeout(RsinferError):
     type = "timeout_error"
 
 
+class RateLimited(RsinferError):
+    """Over `server.rate_limit`: 429 with Retry-After and the RateLimit-* headers (sent for every limited answer)."""
+
+    type = "rate_limit_error"
+
+
 STATUS: dict[type[BaseException], tuple[int, str]] = {
     RequestValidationError: (422, "invalid_request_error"),
     VersionNotFound: (404, "model_not_found"),
@@ -45,6 +51,7 @@ STATUS: dict[type[BaseException], tuple[int, str]] = {
     Unauthorized: (401, "authentication_error"),
     RequestTimeout: (408, "timeout_error"),
     Saturated: (429, "rate_limit_error"),
+    RateLimited: (429, "rate_limit_error"),
     PoolTimeout: (503, "timeout_error"),
     EngineUnavailable: (503, "server_error"),
     InferenceError: (500, "server_error"),
@@ -95,6 +102,8 @@ def response_for(exc: BaseException, kserve: bool = False) -> web.Response:
         headers = {"Retry-After": "1"} if status in (429, 503) else None
         if status == 401:
             headers = {"WWW-Authenticate": 'Bearer realm="rsinfer"'}
+        if isinstance(exc, RateLimited):
+            headers = None      # Retry-After and RateLimit-* come with every limited answer (app._no_banner)
         return error_response(status, exc.message, type_, exc.param, headers)
     if isinstance(exc, web.HTTPException):
         status = exc.status

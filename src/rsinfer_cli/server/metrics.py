@@ -51,6 +51,8 @@ class Metrics:
                                   ["route"], buckets=HTTP_BUCKETS, registry=r)
         self.in_flight = Gauge("rsinfer_http_requests_in_flight", "HTTP requests being handled", registry=r,
                                multiprocess_mode="livesum")
+        self.rate_limited = Counter("rsinfer_rate_limited", "Requests refused by server.rate_limit, by route",
+                                    ["route"], registry=r)
         self.grpc_requests = Counter("rsinfer_grpc_requests", "KServe v2 gRPC calls by method and status code",
                                      ["method", "code"], registry=r)
         self.grpc_duration = Histogram("rsinfer_grpc_request_duration_seconds", "KServe v2 gRPC call duration",

@@ -51,6 +51,7 @@ class ServerState:
                                                          # another front end), None when it is
     before_metrics: Callable[[], Awaitable[None]] | None = None   # a front end fetches the engine's queue numbers
     stopping: bool = False     # a drain started: not ready any more (the listener closes next)
+    limiter: Any = None        # server.rate_limit's counters (server/ratelimit.py), None without a limit
 
     def not_ready(self) -> str | None:
         """Why this server should not get new requests now (a drain, its engine, another front end); None: ready."""

@@ -385,6 +385,7 @@ def serve_workers(config: Config, host: str, port: int) -> None:
     from ..server.systemd import Notifier
 
     workers = worker_count(config)
+    config = replace(config, server=replace(config.server, workers=workers))   # its children: the count resolved
     sup = Supervisor(config, host, port, workers)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = sup.metrics_dir   # before any child imports prometheus_client
     notifier = Notifier()

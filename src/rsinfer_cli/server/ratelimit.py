@@ -1,0 +1,82 @@
+"""Per-client rate limits (`server.rate_limit`): `requests` per `window_s`, in fixed windows.
+
+A client is its API key when keys are configured (the position of the key in `server.api_keys`: the key itself is
+never kept or shown), else its address. A key entry may carry its own limit. Over the limit, a request is answered
+429 with `Retry-After` and the `RateLimit-Limit` / `RateLimit-Remaining` / `RateLimit-Reset` headers (also sent on
+every limited answer under the limit) and counted in `rsinfer_rate_limited_total{route}`.
+
+Memory is bounded by the clients seen in the current window: at each new window every older count is dropped.
+With worker processes every front end holds `ceil(requests / workers)` of the limit (connections are spread by the
+kernel; a client pinned to one front end by keep-alive gets that share, never more than the whole limit across
+them).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import time
+from dataclasses import dataclass
+
+# the RateLimit-* headers of the request being answered (set by the middleware, sent with its response)
+HEADERS: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("rsinfer_ratelimit", default=None)
+
+
+@dataclass(frozen=True)
+class Limit:
+    requests: int
+    window_s: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_s: float                  # until the window ends
+    window_s: float
+
+    def headers(self) -> dict[str, str]:
+        reset = str(max(1, math.ceil(self.reset_s)))
+        out = {"RateLimit-Limit": str(self.limit), "RateLimit-Remaining": str(self.remaining),
+               "RateLimit-Reset": reset}
+        if not self.allowed:
+            out["Retry-After"] = reset
+        return out
+
+
+class RateLimiter:
+    """Fixed-window counters by client; event-loop thread only (no lock)."""
+
+    def __init__(self, default: Limit | None, per_key: dict[int, Limit] | None = None, share: int = 1,
+                 clock: object = None) -> None:
+        self.default = default
+        self.per_key = per_key or {}
+        self.share = max(1, share)
+        self._clock = clock if callable(clock) else time.monotonic
+        self._counts: dict[str, tuple[float, int]] = {}   # client → (end of its current window, requests in it)
+        windows = [lim.window_s for lim in [default, *self.per_key.values()] if lim is not None]
+        self._sweep_every = min(windows) if windows else 60.0
+        self._next_sweep = 0.0
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def check(self, client: str, key_index: int | None = None) -> Verdict | None:
+        """This request's verdict; None when no limit applies to the client."""
+        limit = self.per_key.get(key_index, self.default) if key_index is not None else self.default
+        if limit is None:
+            return None
+        allowed_n = max(1, math.ceil(limit.requests / self.share))
+        now: float = self._clock()  # type: ignore[operator]
+        if now >= self._next_sweep:                       # drop every window that has ended
+            self._counts = {c: v for c, v in self._counts.items() if v[0] > now}
+            self._next_sweep = now + self._sweep_every
+        end = (math.floor(now / limit.window_s) + 1) * limit.window_s
+        current, n = self._counts.get(client, (end, 0))
+        if current != end:
+            n = 0
+        if n >= allowed_n:
+            return Verdict(False, allowed_n, 0, end - now, limit.window_s)
+        self._counts[client] = (end, n + 1)
+        return Verdict(True, allowed_n, allowed_n - n - 1, end - now, limit.window_s)
