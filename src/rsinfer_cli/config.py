@@ -64,6 +64,15 @@ class RateLimitConfig:
 
 
 @dataclass(frozen=True)
+class TracingConfig:
+    """OpenTelemetry spans over OTLP/HTTP protobuf to `<otlp_endpoint>/v1/traces` (server/tracing.py)."""
+
+    otlp_endpoint: str                               # required, e.g. http://127.0.0.1:4318
+    service_name: str = "rsinfer"
+    sample_ratio: float = _opt(1.0, ge=0, le=1)
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     bind: str = "127.0.0.1:8080"
     grpc_bind: str | None = None          # KServe v2 gRPC (tritonclient.grpc), e.g. 127.0.0.1:8001; off when unset
@@ -88,6 +97,7 @@ class ServerConfig:
     # (a load balancer stops sending), then the listener closes and the requests in flight drain
     shutdown_delay_ms: int = _opt(0, ge=0)
     rate_limit: RateLimitConfig | None = None       # per API key (per address without keys); null: no limit
+    tracing: TracingConfig | None = None             # OpenTelemetry over OTLP/HTTP; null: off (and free)
     # an api_keys entry may be {key, rate_limit}: its own limit, by the key's position (set by parse_config)
     key_limits: tuple[tuple[int, RateLimitConfig], ...] = field(default=(), metadata={"internal": True})
     access_log: bool = True               # one line per request at info (method, route, status, timings; no body)

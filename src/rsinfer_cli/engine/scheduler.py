@@ -113,6 +113,7 @@ class _Job:
     lock: threading.Lock = field(default_factory=threading.Lock)
     timer: asyncio.TimerHandle | None = None
     forward_s: float = 0.0             # the forwards that ran its rows (its share of their time: all of it)
+    forwards: tuple[float, float] | None = None   # perf_counter of its first forward's start, last one's end
 
 
 class Runner:
@@ -135,9 +136,11 @@ class Runner:
             raise Cancelled
         t0 = time.perf_counter()
         out = self._forward(self.session, rows)
-        elapsed = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        elapsed = t1 - t0
         if self._job is not None:
             self._job.forward_s += elapsed
+            self._job.forwards = (self._job.forwards or (t0, t1))[0], t1
         if self._observer is not None:
             self._observer.forward(len(rows), len(rows) * max(costs, default=1), elapsed)
         return out
@@ -285,6 +288,9 @@ class Scheduler:
                 waited = (job.started or job.enqueued) - job.enqueued
                 stats["queue_ms"] = stats.get("queue_ms", 0.0) + waited * 1000
                 stats["inference_ms"] = stats.get("inference_ms", 0.0) + job.forward_s * 1000
+                stats["t_queue"] = (job.enqueued, job.started or job.enqueued)   # for traces: perf_counter
+                if job.forwards is not None:
+                    stats["t_forward"] = job.forwards
 
     def _expire(self, job: _Job) -> None:
         if job.started is None and not job.done:
@@ -445,10 +451,12 @@ class Scheduler:
             except Exception as exc:  # noqa: BLE001 - handed to exactly the requests with rows in it
                 self._post([(job, None, exc) for job in dict.fromkeys(job for job, _ in live)])
                 continue
-            elapsed = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            elapsed = t1 - t0
             for job in dict.fromkeys(job for job, _ in live):
                 with job.lock:
                     job.forward_s += elapsed
+                    job.forwards = (job.forwards or (t0, t1))[0], t1
             if self.observer is not None:
                 self.observer.forward(len(live), len(live) * max(costs), elapsed)
             answers: list[tuple[_Job, Any, BaseException | None]] = []

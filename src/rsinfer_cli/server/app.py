@@ -46,7 +46,7 @@ def route_label(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-def front(config: Config, limiter: RateLimiter | None = None) -> Callable:
+def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = None) -> Callable:
     """The one middleware (each layer of aiohttp middleware costs a request ~10 µs of CPU, measured): metrics and
     one access-log line per request (never the body) whatever the outcome; auth (constant-time), the body cap
     before the body is read and the whole-request timeout; and the one place errors become HTTP responses (ours,
@@ -116,10 +116,16 @@ def front(config: Config, limiter: RateLimiter | None = None) -> Callable:
             elapsed = time.perf_counter() - t0
             route = route_label(request)
             metrics.http(route, status, elapsed)
+            if tracing is not None:
+                tracing.request(request.headers, f"{request.method} {route}", t0, t0 + elapsed, {
+                    "http.request.method": request.method, "http.route": route, "http.response.status_code": status,
+                    "rsinfer.request_id": rid, "rsinfer.model": stats.get("model"), "rsinfer.rows": stats.get("rows")},
+                    stats)
             if access and access_log.isEnabledFor(logging.INFO):
                 fields = {"method": request.method, "route": route, "status": status,
                           "duration_ms": round(elapsed * 1000, 3), "client": request.remote}
-                fields.update({k: round(v, 3) if isinstance(v, float) else v for k, v in stats.items()})
+                fields.update({k: round(v, 3) if isinstance(v, float) else v for k, v in stats.items()
+                               if not k.startswith("t_")})
                 access_log.info("%s %s %d %.1fms", request.method, route, status, elapsed * 1000, extra=fields)
 
     return middleware
@@ -151,8 +157,13 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     forwards); by default each model gets its own `Scheduler` over its sessions here."""
     check_served(config)
     limiter = rate_limiter(config)
+    tracing = None
+    if config.server.tracing is not None:
+        from .tracing import Tracing
+
+        tracing = Tracing(config)
     app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
-                          middlewares=[front(config, limiter)])
+                          middlewares=[front(config, limiter, tracing)])
     metrics = metrics or Metrics()
     plan = registry.plan
     infer = ThreadPoolExecutor(max_workers=plan.infer_threads if queues is None else 1, thread_name_prefix="infer")
@@ -168,7 +179,7 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     }
     state = ServerState(config=config, registry=registry, pipelines=pipelines, schedulers=schedulers,
                         prep_executor=prep, infer_executor=infer, metrics=metrics, inline_prep=queues is not None,
-                        limiter=limiter)
+                        limiter=limiter, tracing=tracing)
     if config.server.cache is not None:
         from ..engine.cache import MemoryCache, open_cache
 
@@ -197,6 +208,8 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
         app[STATE].prep_executor.shutdown(wait=True)
         if app[STATE].cache is not None:
             await app[STATE].cache.close()
+        if app[STATE].tracing is not None:
+            app[STATE].tracing.close()    # the batched spans are sent
 
     app.cleanup_ctx.append(lifetime)
     app.on_response_prepare.append(_no_banner)

@@ -52,6 +52,7 @@ class ServerState:
     before_metrics: Callable[[], Awaitable[None]] | None = None   # a front end fetches the engine's queue numbers
     stopping: bool = False     # a drain started: not ready any more (the listener closes next)
     limiter: Any = None        # server.rate_limit's counters (server/ratelimit.py), None without a limit
+    tracing: Any = None        # server.tracing's exporter (server/tracing.py), None when off
 
     def not_ready(self) -> str | None:
         """Why this server should not get new requests now (a drain, its engine, another front end); None: ready."""
@@ -69,6 +70,7 @@ class ServerState:
         stats = REQUEST_STATS.get()
         if stats is not None:
             stats["model"] = model.key
+            plan = _stamped(plan, stats)
         if self.cache is not None and model.config.cache:
             return await self._infer_cached(model, pipe, scheduler, plan, args, kwargs)
         if self.inline_prep:
@@ -138,6 +140,18 @@ class ServerState:
         """(model, version, requests waiting, rows queued, forwards running)."""
         return [(m.name, m.version or "", s.waiting, s.queued_rows, s.running)
                 for m, s in ((self.registry.models[key], s) for key, s in self.schedulers.items())]
+
+
+def _stamped(plan: Callable[..., Work[R]], stats: dict[str, Any]) -> Callable[..., Work[R]]:
+    """`plan` (tokenizing, on whichever thread) recording its perf_counter start and end for traces."""
+    def timed(*args: Any, **kwargs: Any) -> Work[R]:
+        t0 = time.perf_counter()
+        try:
+            return plan(*args, **kwargs)
+        finally:
+            stats["t_tokenize"] = (t0, time.perf_counter())
+
+    return timed
 
 
 STATE = web.AppKey("state", ServerState)
