@@ -131,3 +131,26 @@ def test_grpc_request_id_through_metadata(tmp_path):
     access = {x.get("request_id"): x for x in json_lines(srv.lines) if x["logger"] == "rsinfer.access"}
     assert access["grpc-id-1"]["route"] == "ModelMetadata" and access["grpc-id-1"]["code"] == "OK"
     assert access["grpc-id-2"]["code"] == "NOT_FOUND"
+
+
+def test_memory_cache_bytes_with_worker_processes(tmp_path):
+    """rsinfer_cache_bytes is exported with worker processes too: the front ends' memory caches, summed."""
+    import re
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"server": {"cache": {"backend": "memory"}, "workers": 2}, "models": [
+        {"name": "emb", "kind": "embedding", "path": str(synth.write_model_dir(tmp_path / "emb"))}]}))
+    srv = ServeProcess(cfg, free_port())
+    try:
+        srv.wait_ready(120)
+        for k in range(12):            # new connections: both front ends fill their caches
+            with httpx.Client(base_url=srv.url, timeout=30) as c:
+                assert c.post("/v1/embeddings", json={"input": [f"text {k}", f"other {k}"]}).status_code == 200
+        with httpx.Client(base_url=srv.url, timeout=30) as c:
+            for _ in range(4):         # the size is written at each lookup: one more request per front end
+                c.post("/v1/embeddings", json={"input": "again"})
+            text = c.get("/metrics").text
+    finally:
+        assert srv.stop() == 0
+    got = re.findall(r"^rsinfer_cache_bytes ([0-9.e+]+)$", text, re.M)
+    assert got and float(got[0]) > 0, [ln for ln in text.splitlines() if "cache" in ln]

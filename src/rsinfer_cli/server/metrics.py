@@ -41,6 +41,7 @@ class Metrics:
         # supervisor before any of them imports prometheus_client) and `render` merges them
         self.multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
         self.live: list[Any] = []   # collectors read at render time in this process (queue numbers)
+        self._cache_bytes: tuple[Any, Callable[[], float]] | None = None
         self._http: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._usage: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self.registry = CollectorRegistry()
@@ -80,10 +81,15 @@ class Metrics:
         self.cache_hits = Counter("rsinfer_cache_hits", "Rows answered from the cache", ["model"], registry=r)
         self.cache_misses = Counter("rsinfer_cache_misses", "Rows not in the cache", ["model"], registry=r)
         self.cache_errors = Counter("rsinfer_cache_errors", "Cache round trips that failed", ["backend"], registry=r)
-        if read_bytes is not None and self.multiprocess_dir is None:  # one front end's cache: not a server's number
+        if read_bytes is not None and self.multiprocess_dir is None:
             Gauge("rsinfer_cache_bytes", "Bytes held by the memory cache", registry=r).set_function(read_bytes)
+        elif read_bytes is not None:     # worker processes: each front end's own cache, summed over the live ones
+            self._cache_bytes = (Gauge("rsinfer_cache_bytes", "Bytes held by the memory caches of the front ends",
+                                       registry=r, multiprocess_mode="livesum"), read_bytes)
 
     def cache_lookup(self, model: str, hits: int, misses: int) -> None:
+        if self._cache_bytes is not None:    # worker processes: this front end's size, written where /metrics reads
+            self._cache_bytes[0].set(self._cache_bytes[1]())
         if hits:
             self.cache_hits.labels(model).inc(hits)
         if misses:
