@@ -68,7 +68,8 @@ def test_not_serving_while_unready_and_from_the_drain(server):
     assert check(server.grpc_url) == NOT_SERVING
 
 
-def test_a_drain_is_unready_at_once_and_still_serves_during_the_delay(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_drain_is_unready_at_once_and_still_serves_during_the_delay(tmp_path, workers):
     """SIGTERM with server.shutdown_delay_ms: /health, KServe ready and gRPC health fail at once while requests are
     still answered; then the listener closes and the process exits 0."""
     import signal
@@ -83,7 +84,7 @@ def test_a_drain_is_unready_at_once_and_still_serves_during_the_delay(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"server": {"grpc_bind": f"127.0.0.1:{grpc_port}", "shutdown_delay_ms": 3000},
                                    "models": [{"name": "add", "kind": "tensor", "path": str(add_one(tmp_path))}]}))
-    srv = ServeProcess(cfg, free_port())
+    srv = ServeProcess(cfg, free_port(), args=["--workers", str(workers)])
     try:
         srv.wait_ready(120)
         body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}
