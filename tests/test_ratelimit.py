@@ -133,3 +133,27 @@ def test_a_churn_of_1000_addresses_keeps_the_table_small(tmp_path):
     assert len(sizes) == 1000
     per_window = 1000 / (elapsed / 0.2)
     assert max(sizes) <= 3 * per_window + 10 < 1000, (max(sizes), per_window)
+
+
+def test_with_a_redis_cache_the_limit_holds_across_front_ends(tmp_path, redis_server):
+    """Two front ends count in the cache's Redis: exactly the limit is served in total (not a share each), the
+    keys name no client; with Redis gone each front end falls back to its own share and keeps serving."""
+    cfg = write_config(tmp_path, rate_limit={"requests": 5, "window_s": 60},
+                       cache={"backend": "redis", "url": redis_server.url})
+    srv = ServeProcess(cfg, free_port(), args=["--workers", "2"])
+    try:
+        srv.wait_ready(120)
+        codes = []
+        for _ in range(12):
+            with httpx.Client(base_url=srv.url, timeout=30) as c:      # a new connection: either front end
+                codes.append(c.post("/v2/models/add/infer", json=BODY).status_code)
+        assert codes.count(200) == 5 and codes.count(429) == 7, codes
+        keys = list(redis_server.client().scan_iter(match=b"rsinfer:ratelimit:*"))
+        assert len(keys) == 1 and b"127.0.0.1" not in keys[0]          # one client, hashed
+        assert 0 < redis_server.client().ttl(keys[0]) <= 61
+        redis_server.kill()                                            # Redis gone: the shares of each front end
+        with httpx.Client(base_url=srv.url, timeout=30) as c:
+            after = [c.post("/v2/models/add/infer", json=BODY).status_code for _ in range(6)]
+        assert after.count(200) >= 1 and set(after) <= {200, 429}, after
+    finally:
+        assert srv.stop() == 0

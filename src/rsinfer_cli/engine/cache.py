@@ -184,6 +184,22 @@ class RedisCache:
             self._async = redis.asyncio.Redis.from_url(self.url, socket_timeout=t, socket_connect_timeout=t)
         return self._async
 
+    async def acount(self, key: bytes, ttl_s: int) -> int | None:
+        """A counter shared by every process that uses this Redis: INCR (the key expires after `ttl_s`) in one
+        pipelined round trip; None when Redis does not answer (the caller counts on its own then)."""
+        if self._skip():
+            return None
+        try:
+            pipe = self._client(False).pipeline(transaction=False)
+            pipe.incr(key)
+            pipe.expire(key, ttl_s, nx=True)
+            count, _ = await pipe.execute()
+        except Exception as exc:  # noqa: BLE001 - any failure: served around
+            self._failed(exc)
+            return None
+        self._ok()
+        return int(count)
+
     async def aget_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         if not keys or self._skip():
             return [None] * len(keys)

@@ -81,7 +81,11 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
                     key_index = matches.index(True)
                 if limiter is not None and route_label(request) not in OPEN_ROUTES:
                     client = f"key:{key_index}" if key_index is not None else f"addr:{request.remote}"
-                    verdict = limiter.check(client, key_index)
+                    cache = request.app[STATE].cache
+                    if cache is not None and cache.backend == "redis":     # one count for every process
+                        verdict = await limiter.acheck(client, key_index, cache.acount)
+                    else:
+                        verdict = limiter.check(client, key_index)
                     if verdict is not None:
                         LIMIT_HEADERS.set(verdict.headers())
                         if not verdict.allowed:

@@ -6,16 +6,21 @@ never kept or shown), else its address. A key entry may carry its own limit. Ove
 every limited answer under the limit) and counted in `rsinfer_rate_limited_total{route}`.
 
 Memory is bounded by the clients seen in the current window: at each new window every older count is dropped.
-With worker processes every front end holds `ceil(requests / workers)` of the limit (connections are spread by the
-kernel; a client pinned to one front end by keep-alive gets that share, never more than the whole limit across
-them).
+
+Across processes: when the row cache is Redis, every request of a limited client is counted there (one pipelined
+INCR + EXPIRE on the cache's client, windows on the wall clock so every machine agrees, the client hashed in the
+key), so the limit holds across front ends and across replicas that share the Redis. Without Redis, or while it
+does not answer, every front end of N holds `ceil(requests / N)` of the limit on its own (connections are spread by
+the kernel; a client pinned to one front end by keep-alive gets that share, never more than the whole limit).
 """
 
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 # the RateLimit-* headers of the request being answered (set by the middleware, sent with its response)
@@ -80,3 +85,19 @@ class RateLimiter:
             return Verdict(False, allowed_n, 0, end - now, limit.window_s)
         self._counts[client] = (end, n + 1)
         return Verdict(True, allowed_n, allowed_n - n - 1, end - now, limit.window_s)
+
+    async def acheck(self, client: str, key_index: int | None,
+                     counter: Callable[[bytes, int], Awaitable[int | None]]) -> Verdict | None:
+        """The verdict from a counter every process shares (Redis), the whole limit; this process's own share
+        (`check`) when the counter does not answer."""
+        limit = self.per_key.get(key_index, self.default) if key_index is not None else self.default
+        if limit is None:
+            return None
+        now = time.time()                                  # shared windows: the wall clock every machine agrees on
+        end = (math.floor(now / limit.window_s) + 1) * limit.window_s
+        who = hashlib.blake2b(client.encode(), digest_size=12).hexdigest()
+        count = await counter(f"rsinfer:ratelimit:{who}:{end:.3f}".encode(), math.ceil(limit.window_s) + 1)
+        if count is None:
+            return self.check(client, key_index)
+        return Verdict(count <= limit.requests, limit.requests, max(0, limit.requests - count), end - now,
+                       limit.window_s)
