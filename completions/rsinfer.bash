@@ -152,9 +152,10 @@ _rsinfer() {
                 --host) return ;;
                 --port) return ;;
                 --log-level) COMPREPLY=($(compgen -W "debug info warning error" -- "$cur")); return ;;
+                --log-format) return ;;
                 --workers) return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --host --port --log-level --workers --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --host --port --log-level --log-format --workers --help -h" -- "$cur")) ;;
     esac
 }
 complete -o default -o bashdefault -F _rsinfer rsinfer

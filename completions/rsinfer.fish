@@ -135,4 +135,5 @@ complete -c rsinfer -n '__fish_seen_subcommand_from serve' -l config -s c -r -F 
 complete -c rsinfer -n '__fish_seen_subcommand_from serve' -l host -x -d 'Address to listen on (overrides server.bind).'
 complete -c rsinfer -n '__fish_seen_subcommand_from serve' -l port -x -d 'Port to listen on (overrides server.bind).'
 complete -c rsinfer -n '__fish_seen_subcommand_from serve' -l log-level -x -a 'debug info warning error' -d 'debug, info (one line per request), warning or error.'
+complete -c rsinfer -n '__fish_seen_subcommand_from serve' -l log-format -x -d 'text or json: one object per line (overrides server.log_format).'
 complete -c rsinfer -n '__fish_seen_subcommand_from serve' -l workers -x -d 'Front-end processes beside one engine process per device: a number or auto (overrides server.workers; 1: one process).'
