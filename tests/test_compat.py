@@ -130,3 +130,35 @@ def test_root_post_needs_a_single_model(four, server):
     assert one.status_code == 200 and np.asarray(one.json()).shape == (2, 384)
     assert httpx.post(four.url + "/models/nope", json={"inputs": "x"}).status_code == 404
     assert httpx.post(four.url + "/models/nli", json={"inputs": "x"}).status_code == 422  # no candidate_labels
+
+
+@pytest.fixture(scope="module")
+def limited(shared_models, serve_mode):
+    cfg = parse_config({"server": {"max_rerank_documents": 3, "max_candidate_labels": 2, "max_texts": 100},
+                        "models": [
+        {"name": "rr", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"), "replicas": 1},
+        {"name": "nli", "kind": "zeroshot", "path": str(shared_models / "tiny-nli"), "replicas": 1}]})
+    with ServerThread(cfg) as srv:
+        yield srv
+
+
+def test_hugging_face_routes_apply_each_familys_own_limits(limited):
+    """/models/{name} checks what the family's own routes check: rerank documents against max_rerank_documents
+    (not max_texts), zero-shot labels against max_candidate_labels, blanks and duplicates."""
+    def both(hf_body: dict, own_route: str, own_body: dict) -> tuple[httpx.Response, httpx.Response]:
+        return (httpx.post(limited.url + hf_body.pop("_to"), json=hf_body),
+                httpx.post(limited.url + own_route, json=own_body))
+
+    docs = ["a", "b", "c", "d"]
+    hf_r, own = both({"_to": "/models/rr", "inputs": {"source_sentence": "q", "sentences": docs}},
+                     "/v1/rerank", {"model": "rr", "query": "q", "documents": docs})
+    assert hf_r.status_code == own.status_code == 413
+    assert "server.max_rerank_documents" in hf_r.json()["error"]["message"]
+    ok = httpx.post(limited.url + "/models/rr", json={"inputs": {"source_sentence": "q", "sentences": docs[:3]}})
+    assert ok.status_code == 200 and len(ok.json()) == 3
+    for labels, says in ((["a", "b", "c"], "server.max_candidate_labels"), (["a", "a"], "duplicates"),
+                         (["a", " "], "is blank"), ([], "is empty")):
+        hf_r, own = both({"_to": "/models/nli", "inputs": "text", "parameters": {"candidate_labels": labels}},
+                         "/classify/zero-shot", {"model": "nli", "input": "text", "candidate_labels": labels})
+        assert hf_r.status_code == own.status_code == 400, (labels, hf_r.text, own.text)
+        assert says in hf_r.json()["error"]["message"] and says in own.json()["error"]["message"]

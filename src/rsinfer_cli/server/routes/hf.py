@@ -27,6 +27,8 @@ from ..schemas import HfRequest, SentencePair
 from ..state import STATE
 from .common import Call, check_chars, check_count, decode, json_response, truncation_headers
 from .embedding import similarity
+from .rerank import check_documents
+from .zeroshot import check_labels, check_template
 
 routes = web.RouteTableDef()
 
@@ -62,9 +64,7 @@ async def _answer(request: web.Request, name: str) -> web.Response:
             raise RequestValidationError("a rerank model answers sentence-similarity: `inputs` must be "
                                          "{\"source_sentence\", \"sentences\"}", param="inputs")
         source, sentences = inputs.source_sentence, inputs.sentences
-        if not sentences:
-            raise InputError("`inputs.sentences` is empty", param="inputs.sentences")
-        check_count(call, "inputs.sentences", len(sentences))
+        check_documents(len(sentences), "inputs.sentences", state.config.server.max_rerank_documents)
         check_chars(call, "inputs", [source, *sentences])
         scores = await call.infer(call.pipeline(RerankPipeline).plan_rerank, source, sentences)
         return json_response([float(s) for s in scores.scores], truncation_headers(scores.truncated))
@@ -84,14 +84,15 @@ async def _answer(request: web.Request, name: str) -> web.Response:
         labels = params.get("candidate_labels")
         if isinstance(labels, str):
             labels = [x.strip() for x in labels.split(",") if x.strip()]
-        if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x.strip() for x in labels):
-            raise RequestValidationError("`parameters.candidate_labels` must be a non-empty array of labels",
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+            raise RequestValidationError("`parameters.candidate_labels` must be an array of labels",
                                          param="parameters.candidate_labels")
+        check_labels(labels, "parameters.candidate_labels", state.config.server.max_candidate_labels)
         template = params.get("hypothesis_template")
-        if template is not None and (not isinstance(template, str) or ("{}" not in template and
-                                                                        "{label}" not in template)):
-            raise InputError("`parameters.hypothesis_template` must contain {} or {label}",
-                             param="parameters.hypothesis_template")
+        if template is not None and not isinstance(template, str):
+            raise RequestValidationError("`parameters.hypothesis_template` must be a string",
+                                         param="parameters.hypothesis_template")
+        check_template(template, "parameters.hypothesis_template")
         res = await call.infer(call.pipeline(ZeroShotPipeline).plan_classify, [inputs], labels,
                                bool(params.get("multi_label", False)), template)
         r = res.results[0]

@@ -26,17 +26,23 @@ BENCH = {
 }
 
 
+def check_documents(n: int, key: str, max_docs: int) -> None:
+    """The rerank rule for how many documents one request may score, on every route that reaches a rerank model
+    (the Hugging Face `/models/{name}` one too): not none, at most `server.max_rerank_documents` (else 413)."""
+    if not n:
+        raise InputError(f"`{key}` is empty", param=key)
+    if n > max_docs:
+        raise PayloadTooLarge(f"`{key}` has {n} documents; at most {max_docs} per request "
+                              "(server.max_rerank_documents)", param=key)
+
+
 def _documents(raw: list[Any] | None, rank_fields: list[str] | None, key: str,
                max_docs: int) -> tuple[list[str], list[Any]]:
     """Texts to score and what to echo back: strings, or objects with `text` (other fields echoed), or objects
     ranked on `rank_fields` (Cohere)."""
     if raw is None:
         raise RequestValidationError(f"`{key}` is required", param=key)
-    if not raw:
-        raise InputError(f"`{key}` is empty", param=key)
-    if len(raw) > max_docs:
-        raise PayloadTooLarge(f"`{key}` has {len(raw)} documents; at most {max_docs} per request "
-                              "(server.max_rerank_documents)", param=key)
+    check_documents(len(raw), key, max_docs)
     texts: list[str] = []
     for i, doc in enumerate(raw):
         if isinstance(doc, str):

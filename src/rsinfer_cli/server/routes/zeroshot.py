@@ -34,6 +34,27 @@ def _input(call: Call[Any], value: str | list[str]) -> tuple[list[str], bool]:
     return value, False
 
 
+def check_labels(labels: list[str], key: str, limit: int) -> None:
+    """The zero-shot rule for candidate labels, on every route that reaches a zero-shot model (the Hugging Face
+    `/models/{name}` one too): not none, at most `server.max_candidate_labels`, none blank, no duplicates."""
+    if not labels:
+        raise InputError(f"`{key}` is empty", param=key)
+    if len(labels) > limit:
+        raise InputError(f"`{key}` has {len(labels)} labels; at most {limit} (server.max_candidate_labels)",
+                         param=key)
+    for i, label in enumerate(labels):
+        if not label.strip():
+            raise InputError(f"`{key}[{i}]` is blank", param=f"{key}[{i}]")
+    if len(set(labels)) != len(labels):
+        raise InputError(f"`{key}` has duplicates", param=key)
+
+
+def check_template(template: str | None, key: str) -> None:
+    if template is not None and "{label}" not in template and "{}" not in template:
+        raise InputError(f"`{key}` must contain {{label}} or {{}}, e.g. \"This text is about {{label}}.\"",
+                         param=key)
+
+
 @routes.post("/classify/zero-shot")
 @routes.post("/v1/classify/zero-shot")
 async def zero_shot(request: web.Request) -> web.Response:
@@ -41,21 +62,9 @@ async def zero_shot(request: web.Request) -> web.Response:
     state, req, model = call.state, call.req, call.model
     texts, single = _input(call, req.input)
     labels = req.candidate_labels
-    if not labels:
-        raise InputError("`candidate_labels` is empty", param="candidate_labels")
-    limit = state.config.server.max_candidate_labels
-    if len(labels) > limit:
-        raise InputError(f"`candidate_labels` has {len(labels)} labels; at most {limit} "
-                         "(server.max_candidate_labels)", param="candidate_labels")
-    for i, label in enumerate(labels):
-        if not label.strip():
-            raise InputError(f"`candidate_labels[{i}]` is blank", param=f"candidate_labels[{i}]")
-    if len(set(labels)) != len(labels):
-        raise InputError("`candidate_labels` has duplicates", param="candidate_labels")
+    check_labels(labels, "candidate_labels", state.config.server.max_candidate_labels)
     template = req.hypothesis_template
-    if template is not None and "{label}" not in template and "{}" not in template:
-        raise InputError("`hypothesis_template` must contain {label} or {}, e.g. \"This text is about {label}.\"",
-                         param="hypothesis_template")
+    check_template(template, "hypothesis_template")
     res = await call.infer(call.pipeline(ZeroShotPipeline).plan_classify, texts, labels, bool(req.multi_label),
                            template, req.truncate)
     if single:
