@@ -56,8 +56,15 @@ async def add_one(request: web.Request) -> web.Response:
     return json_response({"rows": out, "model": call.model.name})
 
 
+async def toy_hf_task(call, inputs, params):
+    """The toy family's Hugging Face task: `inputs` a row of numbers as text ("1 2 3 4"), each plus one."""
+    out = await call.infer(call.pipeline(ToyPipeline).plan, [[float(x) for x in inputs.split()]])
+    return json_response(out)
+
+
 TOY = families.Family(kind="toy", summary="adds one", pipeline=ToyPipeline, routes=toy_routes,
-                      needs_tokenizer=False, bench={"/toy/add-one": lambda texts: {"rows": [[0.0] * 4] * len(texts)}})
+                      needs_tokenizer=False, bench={"/toy/add-one": lambda texts: {"rows": [[0.0] * 4] * len(texts)}},
+                      hf_task=toy_hf_task, info_type="toy-adder")
 
 
 @pytest.fixture
@@ -165,3 +172,21 @@ def test_serve_refuses_a_kind_without_routes_before_loading(tmp_path):
             check_served(cfg)
     finally:
         families.unregister("routeless")
+
+
+@pytest.mark.shared
+def test_the_hugging_face_route_and_info_come_from_the_registry(toy, shared_models):
+    """A family declared outside the package (here, in this test) answers POST /models/{name} with its own task
+    and names its /info type: hf.py and ops.py know no kind."""
+    with ServerThread(toy_config(shared_models, True)) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        r = c.post("/models/adder", json={"inputs": "1 2 3 4"})
+        assert r.status_code == 200 and r.json() == [[2.0, 3.0, 4.0, 5.0]]
+        assert "toy-adder" in c.get("/info").json()["model_type"]
+        tags = [t["name"] for t in c.get("/openapi.json").json()["tags"]]
+        assert "toy" in tags
+    families.unregister("toy")
+    families.register(families.Family(kind="toy", summary="no task", pipeline=ToyPipeline, routes=toy_routes,
+                                      needs_tokenizer=False))
+    with ServerThread(toy_config(shared_models, True)) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        r = c.post("/models/adder", json={"inputs": "1 2 3 4"})
+        assert r.status_code == 400 and "serve embedding, rerank, zeroshot, pii models" in r.json()["error"]["message"]

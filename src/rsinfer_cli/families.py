@@ -33,6 +33,9 @@ class Family:
     config_fields: tuple[str, ...] = ()  # ModelConfig keys only this family reads (others are refused)
     recognise: Recognise | None = None   # how `download`/`inspect`/`bench` tell the folder's family
     priority: int = 50                # recognisers run in this order, lowest first
+    hf_task: Any = None               # "module:function": its Hugging Face task on POST /models/{name} (call,
+                                      # inputs, parameters) → response; None: the HF routes refuse the kind
+    info_type: str | None = None      # TEI /info's model_type key (embedding, reranker, classifier)
 
     def load(self, what: str) -> Any:
         """The declared `pipeline`, `routes`, `bench` or one of `commands`, imported now."""
@@ -134,9 +137,9 @@ def _is_embedding(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str:
 
 
 def _builtin(kind: str, summary: str, pipeline: str, commands: Sequence[str], fields: Sequence[str],
-             recognise: Recognise, priority: int) -> Family:
+             recognise: Recognise, priority: int, info_type: str) -> Family:
     return Family(
-        kind=kind, summary=summary,
+        kind=kind, summary=summary, hf_task=f"rsinfer_cli.server.routes.{kind}:hf_task", info_type=info_type,
         pipeline=f"rsinfer_cli.pipelines.{kind}:{pipeline}",
         routes=f"rsinfer_cli.server.routes.{kind}:routes",
         commands=tuple((name, f"rsinfer_cli.cli.{kind}:{name}_cmd") for name in commands),
@@ -145,16 +148,16 @@ def _builtin(kind: str, summary: str, pipeline: str, commands: Sequence[str], fi
 
 
 register(_builtin("embedding", "text embeddings (OpenAI, TEI)", "EmbeddingPipeline", ["embed"],
-                  ["pooling", "normalize", "dimensions", "pooling_in_graph"], _is_embedding, 90))
+                  ["pooling", "normalize", "dimensions", "pooling_in_graph"], _is_embedding, 90, "embedding"))
 register(_builtin("rerank", "cross-encoder reranking and scoring (Cohere, Jina, TEI, vLLM)", "RerankPipeline",
                   ["rerank"],
-                  ["scoring"], _is_rerank, 30))
+                  ["scoring"], _is_rerank, 30, "reranker"))
 register(_builtin("zeroshot", "zero-shot and true/false classification over NLI", "ZeroShotPipeline",
                   ["classify"],
                   ["hypothesis_template", "entailment_label", "contradiction_label", "zeroshot_scoring"],
-                  _is_zeroshot, 20))
+                  _is_zeroshot, 20, "classifier"))
 register(_builtin("pii", "PII detection and redaction", "PiiPipeline", ["redact", "detect"],
-                  ["threshold", "pii_hash_salt", "pii_recognizers"], _is_pii, 10))
+                  ["threshold", "pii_hash_salt", "pii_recognizers"], _is_pii, 10, "classifier"))
 register(Family(kind="tensor", summary="any ONNX graph as named tensors (KServe v2 REST and gRPC, /infer, /batch)",
                 pipeline="rsinfer_cli.pipelines.tensor:TensorPipeline",
                 routes="rsinfer_cli.server.routes.tensor:routes", bench="rsinfer_cli.server.routes.tensor:BENCH",

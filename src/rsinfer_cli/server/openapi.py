@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from .. import families
 from .schemas import OPS, KServeError, Op, OpenAIError
 
 ERRORS = {
@@ -72,8 +73,7 @@ def document(secured: bool = False) -> dict[str, Any]:
                  "description": "Embeddings, rerankers, PII redaction, NLI classification and tensors on ONNX "
                                 "Runtime, in the shapes of OpenAI, TEI, Cohere, Jina, vLLM, Hugging Face and "
                                 "KServe v2."},
-        "tags": [{"name": t} for t in ("operations", "embedding", "rerank", "pii", "zeroshot", "huggingface",
-                                        "tensor")],
+        "tags": [{"name": t} for t in ("operations", *(f.kind for f in families.all_families()), "huggingface")],
         "paths": dict(sorted(paths.items())),
         "components": {"schemas": dict(sorted(comps.schemas.items()))},
     }

@@ -164,3 +164,23 @@ async def similarity(call: Call[Any], pair: SentencePair) -> web.Response:
                               param="inputs")
     v = result.vectors
     return json_response([float(x) for x in v[1:] @ v[0]], truncation_headers(result.truncated))
+
+
+async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.Response:
+    """The Hugging Face Inference API for an embedding model: feature-extraction (`inputs`: a text or texts,
+    `normalize`, `truncate`, `truncation_direction`), or sentence-similarity (`inputs`: {source_sentence,
+    sentences})."""
+    if isinstance(inputs, SentencePair):
+        return await similarity(call, inputs)
+    req = call.req
+    pipe = call.pipeline(EmbeddingPipeline)
+    texts, ids, _ = text_or_token_input(inputs, "inputs")
+    check_count(call, "inputs", len(texts or ids or []))
+    check_chars(call, "inputs", texts)
+    direction = str(req.truncation_direction or params.get("truncation_direction") or "right")
+    normalize = req.normalize if req.normalize is not None else params.get("normalize")
+    truncate = req.truncate if req.truncate is not None else params.get("truncate")
+    res = await call.infer(pipe.plan, texts, ids, normalize=normalize if isinstance(normalize, bool) else None,
+                           truncate=truncate if isinstance(truncate, bool) else None,
+                           direction=direction.lower(), param="inputs")
+    return json_response(res.vectors, truncation_headers(res.truncated))

@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ... import families
 from ...jsonio import dumps
 from ..state import STATE
 
@@ -82,7 +83,7 @@ async def info(request: web.Request) -> web.Response:
     state = request.app[STATE]
     reg = state.registry
     name = next(iter(reg.entries)) if len(reg.entries) == 1 else next(
-        (reg.defaults[k] for k in ("embedding", "rerank", "zeroshot", "pii", "tensor") if k in reg.defaults), None)
+        (reg.defaults[f.kind] for f in families.all_families() if f.kind in reg.defaults), None)
     if name is None:
         from ...errors import InputError
 
@@ -90,10 +91,10 @@ async def info(request: web.Request) -> web.Response:
                          "see /v1/models")
     m = reg.entries[name][0]
     pipe = state.pipelines[m.key]
-    tei_type = {"embedding": "embedding", "rerank": "reranker", "zeroshot": "classifier", "pii": "classifier"}
+    info_type = families.get(m.kind).info_type or m.kind
     return web.Response(body=dumps({
         "model_id": name, "model_sha": m.resolved.commit, "model_dtype": m.config.dtype, "kind": m.kind,
-        "model_type": {tei_type.get(m.kind, m.kind): pipe.describe()},
+        "model_type": {info_type: pipe.describe()},
         "max_input_length": m.max_len, "max_concurrent_requests": state.config.server.max_queue,
         "max_batch_tokens": pipe.max_tokens, "max_batch_requests": None, "max_client_batch_size":
             state.config.server.max_texts, "max_batch_rows": pipe.max_rows, "auto_truncate": m.config.truncate,

@@ -77,3 +77,19 @@ async def redact(request: web.Request) -> web.Response:
                for r, spans in zip(res.texts, res.spans, strict=True)]
     return json_response({"object": "pii.redaction", "model": model.name, "results": results,
                           "usage": usage(res.detection.tokens)})
+
+
+async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.Response:
+    """The Hugging Face Inference API for a PII model: token-classification, whole-word spans (aggregation
+    "simple"); `parameters.ignore_labels` drops types."""
+    if not isinstance(inputs, str):
+        raise RequestValidationError("`inputs` must be a string", param="inputs")
+    check_chars(call, "inputs", inputs)
+    pipe = call.pipeline(PiiPipeline)
+    ignore = params.get("ignore_labels")
+    types = None
+    if isinstance(ignore, list):
+        types = [t for t in pipe.types if t not in ignore and f"B-{t}" not in ignore and f"I-{t}" not in ignore]
+    det = await call.infer(pipe.plan_detect, [inputs], None, types)
+    return json_response([{"entity_group": e.entity_type, "score": e.score, "word": e.text, "start": e.start,
+                           "end": e.end} for e in det.entities[0]])

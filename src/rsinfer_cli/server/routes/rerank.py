@@ -174,3 +174,18 @@ async def vllm_score(request: web.Request) -> web.Response:
                           "model": model.name, "data": data,
                           "usage": usage(result.tokens)},
                          truncation_headers(result.truncated))
+
+
+async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.Response:
+    """The Hugging Face Inference API for a rerank model: sentence-similarity, {source_sentence, sentences} →
+    relevance scores in the sentences' order."""
+    from ..schemas import SentencePair
+
+    if not isinstance(inputs, SentencePair):
+        raise RequestValidationError("a rerank model answers sentence-similarity: `inputs` must be "
+                                     "{\"source_sentence\", \"sentences\"}", param="inputs")
+    source, sentences = inputs.source_sentence, inputs.sentences
+    check_documents(len(sentences), "inputs.sentences", call.state.config.server.max_rerank_documents)
+    check_chars(call, "inputs", [source, *sentences])
+    scores = await call.infer(call.pipeline(RerankPipeline).plan_rerank, source, sentences)
+    return json_response([float(s) for s in scores.scores], truncation_headers(scores.truncated))

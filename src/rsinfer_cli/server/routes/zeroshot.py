@@ -96,3 +96,27 @@ async def true_false(request: web.Request) -> web.Response:
                               **tf.results[0].to_json(), "usage": usage(tf.tokens)})
     return json_response({"object": "classification.true_false.list", "model": model.name,
                           "results": [r.to_json() for r in tf.results], "usage": usage(tf.tokens)})
+
+
+async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.Response:
+    """The Hugging Face Inference API for an NLI model: zero-shot-classification (`parameters`: candidate_labels,
+    multi_label, hypothesis_template) → [{label, score}] best first, under /classify/zero-shot's own rules."""
+    if not isinstance(inputs, str):
+        raise RequestValidationError("`inputs` must be a string", param="inputs")
+    check_chars(call, "inputs", inputs)
+    labels = params.get("candidate_labels")
+    if isinstance(labels, str):
+        labels = [x.strip() for x in labels.split(",") if x.strip()]
+    if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+        raise RequestValidationError("`parameters.candidate_labels` must be an array of labels",
+                                     param="parameters.candidate_labels")
+    check_labels(labels, "parameters.candidate_labels", call.state.config.server.max_candidate_labels)
+    template = params.get("hypothesis_template")
+    if template is not None and not isinstance(template, str):
+        raise RequestValidationError("`parameters.hypothesis_template` must be a string",
+                                     param="parameters.hypothesis_template")
+    check_template(template, "parameters.hypothesis_template")
+    res = await call.infer(call.pipeline(ZeroShotPipeline).plan_classify, [inputs], labels,
+                           bool(params.get("multi_label", False)), template)
+    r = res.results[0]
+    return json_response([{"label": label, "score": s} for label, s in zip(r.labels, r.scores, strict=True)])
