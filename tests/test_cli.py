@@ -173,3 +173,16 @@ class TestGenerated:
         for rel in ("completions/rsinfer.bash", "completions/_rsinfer", "completions/rsinfer.fish",
                     "man/rsinfer.1"):
             assert f'"{rel}"' in text
+
+
+def test_no_import_cycle_between_server_and_workers():
+    """workers/ builds on server/ (front ends are aiohttp apps); server/ never imports workers/."""
+    import ast
+
+    for path in (ROOT / "src" / "rsinfer_cli" / "server").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and "workers" in node.module.split("."):
+                raise AssertionError(f"{path.relative_to(ROOT)}:{node.lineno} imports {node.module}")
+            if isinstance(node, ast.Import) and any("rsinfer_cli.workers" in a.name for a in node.names):
+                raise AssertionError(f"{path.relative_to(ROOT)}:{node.lineno} imports the workers package")

@@ -90,14 +90,10 @@ def drain_seconds(config: Config) -> float:
 
 
 def serve(config: Config, host: str | None = None, port: int | None = None) -> None:
+    """The daemon in one process (`rsinfer serve` chooses between this and worker processes: cli/serve.py; the
+    server package never imports workers/, which builds on it)."""
     check_served(config)
-    limit_tokenizer_threads(usable_cpus())   # inherited by worker processes too
-    if config.server.workers != 1:
-        from ..workers.supervisor import serve_workers, worker_count
-
-        if worker_count(config) > 1:
-            serve_workers(config, host or config.server.host, port or config.server.port)
-            return
+    limit_tokenizer_threads(usable_cpus())
     notifier = Notifier()  # systemd's notify protocol when $NOTIFY_SOCKET is set; else nothing
     notifier.status(f"loading {len(config.models)} model(s)")
     registry = Registry.load(config, on_load=lambda where: notifier.status(f"loading {where}"))
