@@ -154,3 +154,31 @@ def test_memory_cache_bytes_with_worker_processes(tmp_path):
         assert srv.stop() == 0
     got = re.findall(r"^rsinfer_cache_bytes ([0-9.e+]+)$", text, re.M)
     assert got and float(got[0]) > 0, [ln for ln in text.splitlines() if "cache" in ln]
+
+
+def test_tei_timing_headers_agree_with_the_metrics(tmp_path):
+    """One request's x-inference-time / x-queue-time / x-tokenization-time are what /metrics counted for it."""
+    import re
+
+    from rsinfer_cli.config import parse_config
+
+    from serverutil import ServerThread
+
+    cfg = parse_config({"models": [{"name": "emb", "kind": "embedding",
+                                    "path": str(synth.write_model_dir(tmp_path / "emb"))}]})
+
+    def total(text: str, metric: str) -> float:
+        got = re.findall(rf'^{metric}_sum{{model="emb",version=""}} ([0-9.e+-]+)$', text, re.M)
+        return float(got[0]) * 1000 if got else 0.0
+
+    with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        before = c.get("/metrics").text
+        r = c.post("/v1/embeddings", json={"input": ["a text", "two"]})
+        after = c.get("/metrics").text
+    h = {k: float(r.headers[k]) for k in ("x-compute-time", "x-tokenization-time", "x-queue-time",
+                                          "x-inference-time")}
+    assert h["x-compute-time"] >= h["x-inference-time"] > 0 and h["x-compute-time"] >= h["x-tokenization-time"]
+    assert abs(h["x-inference-time"] - (total(after, "rsinfer_inference_seconds")
+                                        - total(before, "rsinfer_inference_seconds"))) < 0.05
+    assert abs(h["x-queue-time"] - (total(after, "rsinfer_queue_wait_seconds")
+                                    - total(before, "rsinfer_queue_wait_seconds"))) < 0.05

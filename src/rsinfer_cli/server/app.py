@@ -114,6 +114,8 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
             cached = CACHE_STATUS.get()
             if cached is not None:
                 response.headers["x-rsinfer-cache"] = cached
+            if "model" in stats and not response.prepared:
+                response.headers.update(timing_headers(stats, time.perf_counter() - t0))
             return response
         finally:
             metrics.in_flight.dec()
@@ -133,6 +135,20 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
                 access_log.info("%s %s %d %.1fms", request.method, route, status, elapsed * 1000, extra=fields)
 
     return middleware
+
+
+def timing_headers(stats: dict[str, Any], total_s: float) -> dict[str, str]:
+    """TEI's timing headers (milliseconds) from the request's one timing record: the same numbers as its log line,
+    its spans and the metrics. Queue and inference times are the engine's, absent in a front-end process."""
+    out = {"x-compute-time": f"{total_s * 1000:.3f}"}
+    tok = stats.get("t_tokenize")
+    if tok:
+        out["x-tokenization-time"] = f"{(tok[1] - tok[0]) * 1000:.3f}"
+    if "queue_ms" in stats:
+        out["x-queue-time"] = f"{stats['queue_ms']:.3f}"
+    if "inference_ms" in stats:
+        out["x-inference-time"] = f"{stats['inference_ms']:.3f}"
+    return out
 
 
 def rate_limiter(config: Config) -> RateLimiter | None:
