@@ -582,3 +582,25 @@ def test_every_per_request_backend_three_ways(server, model, op):
 def test_long_lived_three_ways(long_server):
     x = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
     three_ways(long_server.url, long_server.grpc_url, "long", x, x * 2)
+
+
+def test_a_model_that_takes_no_input(tmp_path):
+    """nereid: "a model may consume no tensor input": nothing on stdin, no NEREID_INPUT_* in the environment; a
+    request with no inputs is served over KServe REST and /infer, while a model with inputs still says which are
+    missing."""
+    const = folder(tmp_path, "const", {"requirements.txt": "", "model_inference.textproto": "output_shape: [2]\n",
+                                       "main.py": "import os, struct, sys\n"
+                                                  "assert not sys.stdin.buffer.read()\n"
+                                                  "assert 'NEREID_INPUT_SHAPE' not in os.environ\n"
+                                                  "open(os.environ['NEREID_OUTPUT_PATH'], 'wb').write(\n"
+                                                  "    b'float32 2\\n' + struct.pack('<2f', 3.0, 4.0))\n"})
+    double = python_model(tmp_path, "double", DOUBLE)
+    cfg = parse_config({"models": [{"name": "const", "kind": "tensor", "path": str(const)},
+                                   {"name": "double", "kind": "tensor", "path": str(double)}]})
+    with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        r = c.post("/v2/models/const/infer", json={"inputs": []})
+        assert r.status_code == 200, r.text
+        assert r.json()["outputs"][0]["data"] == [3.0, 4.0]
+        assert c.post("/infer", json={"model": "const", "inputs": {}}).json()["output"] == [3.0, 4.0]
+        missing = c.post("/v2/models/double/infer", json={"inputs": []})
+        assert missing.status_code == 400 and "missing input(s) INPUT0" in missing.json()["error"]

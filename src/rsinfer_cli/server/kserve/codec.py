@@ -145,8 +145,8 @@ def parse_infer_body(body: bytes, header_length: int | None) -> tuple[dict[str, 
 def decode_inputs(request: dict[str, Any], tail: bytes, check: Any) -> dict[str, Array]:
     """The request's `inputs` as arrays; `check(name, datatype)` validates each against the model first."""
     inputs = request.get("inputs")
-    if not isinstance(inputs, list) or not inputs:
-        raise InputError("`inputs` must be a non-empty list of tensors", param="inputs")
+    if not isinstance(inputs, list):   # empty: a model that takes no input (the model's check names what is missing)
+        raise InputError("`inputs` must be a list of tensors", param="inputs")
     out: dict[str, Array] = {}
     pos = 0
     for i, t in enumerate(inputs):

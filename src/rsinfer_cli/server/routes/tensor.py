@@ -155,9 +155,7 @@ async def inferstack_infer(request: web.Request) -> web.Response:
     if (req.input is None) == (req.inputs is None):
         raise InputError("provide exactly one of `input` or `inputs`", param="input")
     if req.inputs is not None:
-        named = req.inputs
-        if not named:
-            raise InputError("`inputs` must be an object of tensors by input name", param="inputs")
+        named = req.inputs              # may be empty: a model that takes no input
         tensors = {}
         for k, v in named.items():
             info = pipe.inputs.get(k)
