@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/engine.py --before-src /path/to/old/checkout/src   # appends to RESULTS.md
 
 Same machine, same run, same texts; all-MiniLM-L6-v2 fp32, two replicas x one intra-op thread, batching on (set
-by hand on both servers, not the default plan: an older checkout's defaults differ, and this compares engines).
+by hand on both servers: an older checkout's defaults differ, and this compares engines), plus the current
+checkout with the defaults (no thread settings), what a user runs.
   - latency: one client, one short query at a time: p50 over HTTP vs the raw pipeline in-process (tokenizers ->
     session.run -> mean pooling -> normalise) at batch 1 with one thread; the difference is what HTTP adds;
   - throughput: 64 clients x 1 short query and 8 clients x 16 mixed texts, as a ratio to the ceiling: the same
@@ -59,9 +60,10 @@ def raw_latency(texts: list[str], reps: int) -> float:
     return statistics.median(times) * 1000
 
 
-def server(tmp: Path, src: Path | None, name: str) -> Serve:
-    models = (f"  - {{name: mini, kind: embedding, path: '{MODEL}', replicas: 2, intra_threads: 1, "
-              "batching: {enabled: true}}\n")
+def server(tmp: Path, src: Path | None, name: str, defaults: bool = False) -> Serve:
+    """2 x 1 by hand (both sides alike), or `defaults`: the config a user writes, no thread settings."""
+    threads = "" if defaults else "replicas: 2, intra_threads: 1, "
+    models = f"  - {{name: mini, kind: embedding, path: '{MODEL}', {threads}batching: {{enabled: true}}}}\n"
     return Serve(models, tmp, "max_queue: 1024", name=name, src=src)
 
 
@@ -91,19 +93,20 @@ def main() -> int:
     ceil_mixed, b_mixed = ceiling(MODEL, mixed_texts, [1, 4, 8, 16])
     runs: dict[str, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        versions = ([("before", args.before_src)] if args.before_src else []) + [("after", None)]
+        versions = ([("before", args.before_src)] if args.before_src else []) + [("after", None)] + \
+            [("after, the defaults", None)]
         for k in range(1, max(args.rounds, 1) + 1):  # interleaved: before, after, before, after, …
             for label, src in versions:
-                srv = server(Path(tmp), src, label)
+                srv = server(Path(tmp), src, label, defaults="defaults" in label)
                 try:
                     runs[f"{label} #{k}"] = measure(srv.url, short, mixed_texts, args.max_seconds)
                 finally:
                     srv.stop()
-    lines = ["", "## Engine: one scheduler per model (issue: one engine for every family)", "",
+    lines = ["", "## Engine before and after a change, and the defaults", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/engine.py --before-src "
              f"<old checkout>/src` (one run, {args.rounds} interleaved rounds of {args.max_seconds:.0f} s per "
-             "workload; both servers are all-MiniLM-L6-v2 fp32, two replicas x one thread, "
-             "batching on). Raw in-process pipeline at batch 1, one thread: "
+             "workload; all-MiniLM-L6-v2 fp32, batching on; before and after with two replicas x one thread set by "
+             "hand, `after, the defaults` with no thread settings: the plan). Raw in-process pipeline at batch 1, one thread: "
              f"p50 {raw_p50:.2f} ms. Ceiling (same texts, length-sorted batches of the best size, the best of "
              f"2 sessions x 1 thread and 1 x 2): {ceil_short:.1f} texts/s short queries (batch {b_short}), "
              f"{ceil_mixed:.1f} texts/s mixed (batch {b_mixed}).", "",

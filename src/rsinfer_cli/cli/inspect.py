@@ -127,7 +127,7 @@ def inspect_cmd(
     from .. import families
     from ..config import hub_cache_dir, load_config
     from ..engine.model import load_model
-    from ..engine.registry import plan_config
+    from ..engine.threads import plan_models
     from ..errors import ConfigError
     from .common import guess_source_kind, model_from_options
 
@@ -141,7 +141,7 @@ def inspect_cmd(
         cfg = dataclasses.replace(cfg, kind=guessed)
     # the threads `serve` gives it beside the config's other models; one forward is enough to inspect
     served = [vc for m in load_config(config).models for vc in m.version_configs()] if config is not None else [cfg]
-    plan = plan_config(served, server)
+    plan = plan_models(served, server)
     model = load_model(dataclasses.replace(cfg, replicas=1), server, hub_cache_dir(server.hf_cache_dir))
     rep = inspect_report(model, reason, plan)
     if json_out:

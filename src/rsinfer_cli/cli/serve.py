@@ -45,15 +45,15 @@ def serve_cmd(
             raise ConfigError(f"--workers must be 1..64 or auto, got '{workers}'")
         cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server,
                                                                   workers=0 if workers == "auto" else int(workers)))
-    from ..server.app import check_served
     from ..server.run import serve
 
-    check_served(cfg)   # before any process starts or any model loads
     if cfg.server.workers != 1:
         from ..engine.threads import limit_tokenizer_threads, usable_cpus
+        from ..server.app import check_served
         from ..workers.supervisor import serve_workers, worker_count
 
         if worker_count(cfg) > 1:
+            check_served(cfg)                        # before any process starts (serve() checks its own)
             limit_tokenizer_threads(usable_cpus())   # inherited by the worker processes
             serve_workers(cfg, host or cfg.server.host, port or cfg.server.port)
             return

@@ -19,7 +19,7 @@ from ..config import ACCELERATOR_MAX_TOKENS, CPU_MAX_PADDING, CPU_MAX_TOKENS, Mo
 from ..errors import InferenceError, ModelLoadError
 from ..hub import ModelSource, Progress, ResolvedModel, resolve
 from .session import EpPlan, GraphInfo, Session, actual_providers, build_session, graph_info, plan_eps
-from .threads import ModelThreads, plan_threads
+from .threads import ModelThreads, plan_models
 
 log = logging.getLogger("rsinfer.engine")
 
@@ -199,7 +199,7 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     """Resolve (the tokenizer only where the family needs one), build its sessions as `threads` says (else as the
     thread plan of this model alone says: engine/threads.py), trial-run them."""
     from .. import families
-    from .scripts import script_backend
+    from .scripts import CONTRACT_FILE, agree_with_graph, script_backend
 
     server = server or ServerConfig()
     backend = script_backend(cfg)
@@ -215,7 +215,7 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     for ep, why in plan.skipped:
         log.warning("model %s: execution provider %s skipped: %s", cfg.name, ep, why)
     if threads is None:
-        threads = plan_threads([(cfg.name, cfg, plan.resolved[0] == "cpu")], server).models[cfg.name]
+        threads = plan_models([cfg], server).models[cfg.key]
     rss0 = rss_bytes()
     t1 = time.perf_counter()
     built = [build_session(resolved.graph_path, cfg, plan, threads.threads) for _ in range(threads.sessions)]
@@ -224,9 +224,7 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     t_build = time.perf_counter() - t1
     rss_delta = rss_bytes() - rss0
     graph = graph_info(sessions[0])
-    if cfg.kind == "tensor" and cfg.path and (Path(cfg.path).expanduser() / "model_inference.textproto").is_file():
-        from .scripts import agree_with_graph
-
+    if cfg.kind == "tensor" and cfg.path and (Path(cfg.path).expanduser() / CONTRACT_FILE).is_file():
         cfg = agree_with_graph(cfg, Path(cfg.path).expanduser(), graph)
     _trial_forward(cfg.name, sessions + ([wide] if wide is not None else []), graph)
     size = resolved.graph_path.stat().st_size + sum(
@@ -257,7 +255,7 @@ def load_script(cfg: ModelConfig, server: ServerConfig, backend: str, threads: M
     contract = read_contract(folder, cfg.name)
     argv, program = (python_program if backend == "python" else exec_program)(folder, cfg.name)
     if threads is None:
-        threads = plan_threads([(cfg.name, cfg, True)], server, scripts=frozenset({cfg.name})).models[cfg.name]
+        threads = plan_models([cfg], server).models[cfg.key]
     timeout_s = server.request_timeout_ms / 1000
     sessions: list[Session]
     if backend == "python" and long_lived(folder):    # infer() imported once in one process per lane

@@ -10,21 +10,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..config import Config, ModelConfig, ServerConfig
+from ..config import Config, ModelConfig
 from ..errors import InputError, KindMismatch, ModelLoadError, ModelNotFound, RsinferError, VersionNotFound
 from .model import LoadedModel, load_model
-from .session import plan_eps
-from .threads import ThreadPlan, plan_threads, usable_cpus
+from .threads import ThreadPlan, plan_models, usable_cpus
 
 log = logging.getLogger("rsinfer.engine")
-
-
-def plan_config(models: list[ModelConfig], server: ServerConfig) -> ThreadPlan:
-    """The thread plan of these models (every version its own) served together by one process."""
-    from .scripts import script_backend
-
-    scripts = frozenset(m.key for m in models if script_backend(m) is not None)
-    return plan_threads([(m.key, m, plan_eps(m).resolved[0] == "cpu") for m in models], server, scripts=scripts)
 
 
 class VersionRouter:
@@ -85,7 +76,7 @@ class Registry:
                 where = f"model '{m.name}' (models[{i}])" if vc.version is None else \
                     f"model '{m.name}' version '{vc.version}' (models[{i}].versions[{k}])"
                 jobs.append((where, vc))
-        plan = plan_config([vc for _, vc in jobs], config.server)
+        plan = plan_models([vc for _, vc in jobs], config.server)
         for line in plan.lines():
             (log.warning if line.startswith("warning: ") else log.info)("thread plan: %s", line)
         loaded: dict[str, LoadedModel] = {}

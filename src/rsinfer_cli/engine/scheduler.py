@@ -115,6 +115,12 @@ class _Job:
     forward_s: float = 0.0             # the forwards that ran its rows (its share of their time: all of it)
     forwards: tuple[float, float] | None = None   # perf_counter of its first forward's start, last one's end
 
+    def ran(self, t0: float, t1: float) -> None:
+        """A forward with rows of this job ran from t0 to t1 (perf_counter), on any worker thread."""
+        with self.lock:
+            self.forward_s += t1 - t0
+            self.forwards = (self.forwards or (t0, t1))[0], t1
+
 
 class Runner:
     """The forwards of one request on one replica (the direct path, and the CLI): observed, and stopped
@@ -137,12 +143,10 @@ class Runner:
         t0 = time.perf_counter()
         out = self._forward(self.session, rows)
         t1 = time.perf_counter()
-        elapsed = t1 - t0
         if self._job is not None:
-            self._job.forward_s += elapsed
-            self._job.forwards = (self._job.forwards or (t0, t1))[0], t1
+            self._job.ran(t0, t1)
         if self._observer is not None:
-            self._observer.forward(len(rows), len(rows) * max(costs, default=1), elapsed)
+            self._observer.forward(len(rows), len(rows) * max(costs, default=1), t1 - t0)
         return out
 
 
@@ -452,13 +456,10 @@ class Scheduler:
                 self._post([(job, None, exc) for job in dict.fromkeys(job for job, _ in live)])
                 continue
             t1 = time.perf_counter()
-            elapsed = t1 - t0
             for job in dict.fromkeys(job for job, _ in live):
-                with job.lock:
-                    job.forward_s += elapsed
-                    job.forwards = (job.forwards or (t0, t1))[0], t1
+                job.ran(t0, t1)
             if self.observer is not None:
-                self.observer.forward(len(live), len(live) * max(costs), elapsed)
+                self.observer.forward(len(live), len(live) * max(costs), t1 - t0)
             answers: list[tuple[_Job, Any, BaseException | None]] = []
             for (job, i), out in zip(live, outs, strict=True):
                 with job.lock:

@@ -403,6 +403,11 @@ class _ScriptSession:
         return ["CPUExecutionProvider"]
 
 
+def _model_env() -> dict[str, str]:
+    """The environment a model's process gets: the server's, less systemd's sockets and the Hub token."""
+    return {k: v for k, v in os.environ.items() if k not in _QUIET_ENV}
+
+
 class ProcessSession(_ScriptSession):
     """A `Session` whose every forward runs the model's program once (nereid's per-request contract). Safe to
     call from several threads at once: each call is its own process."""
@@ -415,7 +420,7 @@ class ProcessSession(_ScriptSession):
                                  f"{len(contract.outputs)}", model=name)
         self.name, self.folder, self.argv, self.contract = name, folder, argv, contract
         self.timeout_s, self.backend = timeout_s, backend
-        self.env = {k: v for k, v in os.environ.items() if k not in _QUIET_ENV}
+        self.env = _model_env()
         self._lock = threading.Lock()
         self.running: set[int] = set()       # pids of children now running (tests: no process left behind)
 
@@ -497,11 +502,12 @@ def long_lived(folder: Path) -> bool:
     return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "infer" for n in tree.body)
 
 
-def _frame(header: dict[str, Any], buffers: list[bytes] | tuple[bytes, ...] = ()) -> bytes:
+def _header(header: dict[str, Any]) -> bytes:
+    """A frame's length-prefixed JSON header (its buffers follow it on the pipe, written as they are)."""
     import json
 
     raw = json.dumps(header).encode()
-    return len(raw).to_bytes(4, "little") + raw + b"".join(buffers)
+    return len(raw).to_bytes(4, "little") + raw
 
 
 class WorkerSession(_ScriptSession):
@@ -514,7 +520,7 @@ class WorkerSession(_ScriptSession):
         import json
 
         self.name, self.folder, self.python, self.contract, self.timeout_s = name, folder, python, contract, timeout_s
-        self.env = {k: v for k, v in os.environ.items() if k not in _QUIET_ENV}
+        self.env = _model_env()
         self.env["RSINFER_MODEL_CONFIG"] = json.dumps({"name": name, "max_batch_size": contract.max_batch_size})
         self._lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -606,7 +612,8 @@ class WorkerSession(_ScriptSession):
         return header, arrays
 
     def run(self, output_names: list[str] | None, input_feed: dict[str, Any]) -> list[Any]:
-        tensors, buffers = [], []
+        tensors: list[dict[str, Any]] = []
+        buffers: list[np.ndarray] = []
         batch = None
         for info in self.contract.inputs:
             x = _little(np.asarray(input_feed[info.name]))
@@ -614,7 +621,7 @@ class WorkerSession(_ScriptSession):
                 batch = int(x.shape[0])
             tensors.append({"name": info.name, "dtype": x.dtype.newbyteorder("=").name, "shape": list(x.shape),
                             "nbytes": x.nbytes})
-            buffers.append(x.tobytes())
+            buffers.append(x)
         with self._lock:
             if self.proc is None or self.proc.poll() is not None:
                 if self.proc is not None:
@@ -623,7 +630,10 @@ class WorkerSession(_ScriptSession):
                 self._start(START_S)
             assert self.proc is not None and self.proc.stdin is not None
             try:
-                self.proc.stdin.write(_frame({"tensors": tensors}, buffers))
+                self.proc.stdin.write(_header({"tensors": tensors}))
+                for arr in buffers:      # the array's own memory, no copy (little-endian and contiguous already)
+                    if arr.nbytes:
+                        self.proc.stdin.write(arr.data.cast("B"))
                 self.proc.stdin.flush()
             except (BrokenPipeError, OSError):
                 raise self._died() from None

@@ -243,6 +243,16 @@ def plan_threads(models: Sequence[tuple[str, ModelConfig, bool]], server: Server
     return ThreadPlan(cpus=found, models=plan, warnings=tuple(warnings))
 
 
+def plan_models(models: Sequence[ModelConfig], server: ServerConfig | None = None) -> ThreadPlan:
+    """The plan of these models (every version its own) served by one process: where each runs (its resolved EPs)
+    and whether it is a script model decide which rule applies. The one way every caller plans."""
+    from .scripts import script_backend
+    from .session import plan_eps
+
+    scripts = frozenset(m.key for m in models if script_backend(m) is not None)
+    return plan_threads([(m.key, m, plan_eps(m).resolved[0] == "cpu") for m in models], server, scripts=scripts)
+
+
 # ------------------------------------------------------------------ the budget
 
 

@@ -65,6 +65,7 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
         CACHE_STATUS.set(None)  # keep-alive requests share a task: start each one clean
         BODY_BYTES.set(request.content_length)
         LIMIT_HEADERS.set(None)
+        route = route_label(request)       # the matched template: once per request
         rid = request_id(request.headers.get("x-request-id"))
         REQUEST_ID.set(rid)
         stats: dict[str, Any] = {}
@@ -72,14 +73,14 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
         try:
             try:
                 key_index = None
-                if keys and route_label(request) not in OPEN_ROUTES:
+                if keys and route not in OPEN_ROUTES:
                     header = request.headers.get("Authorization", "")
                     given = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
                     matches = [hmac.compare_digest(given, k) for k in keys]   # every key compared
                     if not any(matches):
                         raise Unauthorized("missing or invalid API key; send `Authorization: Bearer <key>`")
                     key_index = matches.index(True)
-                if limiter is not None and route_label(request) not in OPEN_ROUTES:
+                if limiter is not None and route not in OPEN_ROUTES:
                     client = f"key:{key_index}" if key_index is not None else f"addr:{request.remote}"
                     cache = request.app[STATE].cache
                     if cache is not None and cache.backend == "redis":     # one count for every process
@@ -87,11 +88,12 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
                     else:
                         verdict = limiter.check(client, key_index)
                     if verdict is not None:
-                        LIMIT_HEADERS.set(verdict.headers())
+                        limit_headers = verdict.headers()
+                        LIMIT_HEADERS.set(limit_headers)
                         if not verdict.allowed:
-                            metrics.rate_limited.labels(route_label(request)).inc()
+                            metrics.rate_limited.labels(route).inc()
                             raise RateLimited(f"rate limit reached: {verdict.limit} requests per "
-                                              f"{verdict.window_s:g} s; retry in {verdict.headers()['Retry-After']} s")
+                                              f"{verdict.window_s:g} s; retry in {limit_headers['Retry-After']} s")
                 if request.content_length is not None and request.content_length > max_body:
                     raise web.HTTPRequestEntityTooLarge(max_size=max_body, actual_size=request.content_length)
                 try:
@@ -106,9 +108,9 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - this is the mapping point
-                response = response_for(exc, kserve=route_label(request) in KSERVE_ROUTES)
+                response = response_for(exc, kserve=route in KSERVE_ROUTES)
                 if response.status >= 500:
-                    log.error("%s %s failed: %s", request.method, route_label(request), exc,
+                    log.error("%s %s failed: %s", request.method, route, exc,
                               exc_info=not isinstance(exc, (web.HTTPException,)) and status_for(exc)[0] == 500)
             status = response.status
             cached = CACHE_STATUS.get()
@@ -120,7 +122,6 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
         finally:
             metrics.in_flight.dec()
             elapsed = time.perf_counter() - t0
-            route = route_label(request)
             metrics.http(route, status, elapsed)
             if tracing is not None:
                 tracing.request(request.headers, f"{request.method} {route}", t0, t0 + elapsed, {

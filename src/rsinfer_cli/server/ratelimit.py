@@ -67,9 +67,13 @@ class RateLimiter:
     def __len__(self) -> int:
         return len(self._counts)
 
+    def limit_for(self, key_index: int | None) -> Limit | None:
+        """The key's own limit, else the default (None: the client is not limited)."""
+        return self.per_key.get(key_index, self.default) if key_index is not None else self.default
+
     def check(self, client: str, key_index: int | None = None) -> Verdict | None:
         """This request's verdict; None when no limit applies to the client."""
-        limit = self.per_key.get(key_index, self.default) if key_index is not None else self.default
+        limit = self.limit_for(key_index)
         if limit is None:
             return None
         allowed_n = max(1, math.ceil(limit.requests / self.share))
@@ -90,7 +94,7 @@ class RateLimiter:
                      counter: Callable[[bytes, int], Awaitable[int | None]]) -> Verdict | None:
         """The verdict from a counter every process shares (Redis), the whole limit; this process's own share
         (`check`) when the counter does not answer."""
-        limit = self.per_key.get(key_index, self.default) if key_index is not None else self.default
+        limit = self.limit_for(key_index)
         if limit is None:
             return None
         now = time.time()                                  # shared windows: the wall clock every machine agrees on
