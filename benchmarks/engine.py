@@ -106,7 +106,8 @@ def main() -> int:
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/engine.py --before-src "
              f"<old checkout>/src` (one run, {args.rounds} interleaved rounds of {args.max_seconds:.0f} s per "
              "workload; all-MiniLM-L6-v2 fp32, batching on; before and after with two replicas x one thread set by "
-             "hand, `after, the defaults` with no thread settings: the plan). Raw in-process pipeline at batch 1, one thread: "
+             "hand, `after, the defaults` with no thread settings: the plan). Raw in-process pipeline at batch 1, "
+             "one thread: "
              f"p50 {raw_p50:.2f} ms. Ceiling (same texts, length-sorted batches of the best size, the best of "
              f"2 sessions x 1 thread and 1 x 2): {ceil_short:.1f} texts/s short queries (batch {b_short}), "
              f"{ceil_mixed:.1f} texts/s mixed (batch {b_mixed}).", "",
