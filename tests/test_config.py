@@ -138,15 +138,20 @@ def test_dtype_aliases_and_bad_dtype():
 
 
 def test_pii_recognizers():
-    assert parse_config({"models": [model(kind="pii", pii_recognizers=[])]}).models[0].pii_recognizers == ()
+    assert parse_config({"models": [model(kind="pii", pii_recognizers=[])]}).models[0].options.pii_recognizers == ()
     assert "models[0].pii_recognizers[0]: must be one of email, url" in \
         parse_error({"models": [model(kind="pii", pii_recognizers=["phone"])]})
 
 
 def test_threshold_range_and_template():
-    assert "models[0].threshold: must be <= 1, got 1.5" in parse_error({"models": [model(threshold=1.5)]})
+    assert "models[0].threshold: must be <= 1, got 1.5" in parse_error({"models": [model(kind="pii", threshold=1.5)]})
     assert "models[0].hypothesis_template: must contain {label} or {}" in \
-        parse_error({"models": [model(hypothesis_template="About.")]})
+        parse_error({"models": [model(kind="zeroshot", hypothesis_template="About.")]})
+    # a family's key on a model of another kind names the family it belongs to, and a typo of a family key is
+    # suggested from that family's keys
+    assert "models[0].threshold: applies to kind pii only; model 'm' is kind embedding" in \
+        parse_error({"models": [model(threshold=0.5)]})
+    assert "models[0].poolng: unknown key (did you mean 'pooling'?)" in parse_error({"models": [model(poolng="cls")]})
 
 
 def test_all_errors_reported_at_once():

@@ -15,7 +15,7 @@ import pytest
 from rsinfer_cli.config import ModelConfig, parse_config
 from rsinfer_cli.engine.model import load_model
 from rsinfer_cli.errors import InputError, ModelLoadError
-from rsinfer_cli.pipelines.zeroshot import ZeroShotPipeline, assertion_for, invert_question
+from rsinfer_cli.pipelines.zeroshot import ZeroShotOptions, ZeroShotPipeline, assertion_for, invert_question
 from test_server import assert_error
 
 from serverutil import ServerThread
@@ -35,7 +35,8 @@ def template_of(case: dict, ref: dict) -> str:
 
 
 def nli(root, **cfg) -> ZeroShotPipeline:
-    return ZeroShotPipeline(load_model(ModelConfig(name="nli", kind="zeroshot", path=str(root), replicas=1, **cfg)))
+    return ZeroShotPipeline(load_model(ModelConfig(name="nli", kind="zeroshot", path=str(root), replicas=1,
+                                                   options=ZeroShotOptions(**cfg))))
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,16 @@ import pytest
 from rsinfer_cli.config import ModelConfig, ServerConfig, parse_config
 from rsinfer_cli.engine.model import load_model
 from rsinfer_cli.errors import InputError
-from rsinfer_cli.pipelines.pii import Entity, PiiPipeline, decode, plan_windows, redact, resolve_overlaps, stitch
+from rsinfer_cli.pipelines.pii import (
+    Entity,
+    PiiOptions,
+    PiiPipeline,
+    decode,
+    plan_windows,
+    redact,
+    resolve_overlaps,
+    stitch,
+)
 from test_server import assert_error
 
 from serverutil import ServerThread
@@ -41,7 +50,7 @@ def pii(shared_models) -> PiiPipeline:
 def model_only(shared_models) -> PiiPipeline:
     """The model's spans alone (no pattern recognizers), to compare with the vendor's model spans."""
     return PiiPipeline(load_model(ModelConfig(name="pii", kind="pii", path=str(shared_models / "rampart-pii"),
-                                              replicas=1, pii_recognizers=())))
+                                              replicas=1, options=PiiOptions(pii_recognizers=()))))
 
 
 # ---------------------------------------------------------------- model parity

@@ -15,7 +15,7 @@ import pytest
 from rsinfer_cli.config import ModelConfig, parse_config
 from rsinfer_cli.engine.model import load_model
 from rsinfer_cli.errors import ModelLoadError
-from rsinfer_cli.pipelines.rerank import RerankPipeline, ranked
+from rsinfer_cli.pipelines.rerank import RerankOptions, RerankPipeline, ranked
 from test_server import assert_error
 
 import synth
@@ -31,8 +31,9 @@ def load_ref(shared_models, name: str) -> dict:
     return json.loads((shared_models / name / "reference.json").read_text())
 
 
-def pipeline_for(root, **cfg) -> RerankPipeline:
-    return RerankPipeline(load_model(ModelConfig(name="r", kind="rerank", path=str(root), replicas=1, **cfg)))
+def pipeline_for(root, scoring: str = "auto", **cfg) -> RerankPipeline:
+    return RerankPipeline(load_model(ModelConfig(name="r", kind="rerank", path=str(root), replicas=1,
+                                                 options=RerankOptions(scoring=scoring), **cfg)))
 
 
 def raw_of(name: str, q: dict) -> np.ndarray:

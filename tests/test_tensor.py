@@ -451,13 +451,13 @@ class TestInputRules:
         from rsinfer_cli.config import ModelConfig
         from rsinfer_cli.engine.model import load_model
         from rsinfer_cli.errors import ModelLoadError
-        from rsinfer_cli.pipelines.tensor import TensorPipeline
+        from rsinfer_cli.pipelines.tensor import TensorOptions, TensorPipeline
 
         import synth
 
         d = synth.add_graph(tmp_path / "a" / "model.onnx").parent
         with pytest.raises(ModelLoadError, match=r"min_elements \(5\) is above max_elements \(4\)"):
-            TensorPipeline(load_model(ModelConfig(name="a", kind="tensor", path=str(d), min_elements=5,
-                                                  max_elements=4)))
+            TensorPipeline(load_model(ModelConfig(name="a", kind="tensor", path=str(d),
+                                                  options=TensorOptions(min_elements=5, max_elements=4))))
         with pytest.raises(ConfigError, match=r"models\[0\].normalize_input: applies to kind tensor only"):
             parse_config({"models": [{"name": "e", "kind": "embedding", "path": "x", "normalize_input": "minmax"}]})

@@ -30,6 +30,9 @@ def _opt(default: Any = None, **meta: Any) -> Any:
     return field(default=default, metadata=meta)
 
 
+opt = _opt   # families declare their options' fields with it (families.Family.options)
+
+
 CPU_MAX_TOKENS = 512        # padded tokens per forward that run fastest on CPU (benchmarks/RESULTS.md)
 ACCELERATOR_MAX_TOKENS = 8192
 CPU_MAX_PADDING = 16        # padding tokens a row may add to a CPU batch before it starts a new one
@@ -150,38 +153,22 @@ class ModelConfig:
     coreml_compute_units: str = _opt("all", choices=("all", "cpu_and_gpu", "cpu_and_ne", "cpu_only"))
     openvino_device: str = "CPU"
     ort_log_level: str = _opt("warn", choices=("verbose", "info", "warn", "warning", "error", "fatal"))
-    # embedding
-    pooling: str = _opt("auto", choices=("auto", "cls", "mean", "last"))
-    normalize: bool = True
-    dimensions: int | None = _opt(None, gt=0)
-    pooling_in_graph: bool | None = None
-    # rerank
-    scoring: str = _opt("auto", choices=("auto", "logit", "sigmoid", "softmax", "yes_no"))
-    # zeroshot / true-false
-    hypothesis_template: str = "The text is about {label}."
-    entailment_label: str = "entailment"
-    contradiction_label: str = "contradiction"
-    zeroshot_scoring: str = _opt("hf", choices=("hf", "nli_margin"))
-    # pii
-    threshold: float = _opt(0.5, ge=0, le=1)
-    pii_hash_salt: str | None = None
-    pii_recognizers: tuple[str, ...] = _opt(("email", "url", "ip_address", "ssn", "credit_card"),
-                                            choices=("email", "url", "ip_address", "ssn", "credit_card"))
     # tensor
     max_batch_size: int = _opt(0, ge=0)    # > 0: dimension 0 is the batch; requests are batched up to this many rows
     # tensor: what serves the folder (engine/scripts.py): auto (from its files) | onnx | python | exec (nereid: cpp)
     backend: str = _opt("auto", choices=("auto", "onnx", "python", "exec", "cpp"))
-    # tensor: input rules (inferstack-rs's MIN/MAX_INPUT_SIZE, NORMALIZE_INPUT): elements per row of every input
-    # (the batch dimension left out when max_batch_size > 0); minmax rescales each row of a float input to [0, 1]
-    # (`normalize_input`: `normalize` is the embedding family's L2 switch)
-    min_elements: int | None = _opt(None, ge=0)
-    max_elements: int | None = _opt(None, gt=0)
-    normalize_input: str = _opt("none", choices=("none", "minmax"))
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     # versions: each loads as its own model; requests naming none are routed by weight (or default_version)
     versions: tuple[VersionConfig, ...] = ()
     default_version: str | None = None
     version: str | None = field(default=None, metadata={"internal": True})   # set on each loaded version
+    # the family's own keys (written flat in the model entry), as its `options` dataclass (families.Family.options)
+    options: Any = field(default=None, metadata={"internal": True})
+
+    def __post_init__(self) -> None:
+        cls = _families().options_class(self.kind)
+        if cls is not None and not isinstance(self.options, cls):   # none given, or another kind's
+            object.__setattr__(self, "options", cls())
 
     def version_configs(self) -> list[ModelConfig]:
         """One config per version (the entry itself when it has none)."""
@@ -374,6 +361,36 @@ def _optional(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
 
 
+def _build_model(raw: Any, where: str, errs: _Errors) -> ModelConfig | None:
+    """A model entry: the keys of every model (ModelConfig) and, written beside them, the keys of its family's
+    options dataclass (`families.Family.options`), each validated under the entry's key path."""
+    if not isinstance(raw, dict):
+        return _build(ModelConfig, raw, where, errs)  # type: ignore[no-any-return]
+    fams = _families()
+    kind = raw.get("kind")
+    cls = fams.options_class(kind) if isinstance(kind, str) else None
+    own = set(fams.option_fields(kind)) if cls is not None else set()
+    common = {f.name for f in dataclasses.fields(ModelConfig) if not f.metadata.get("internal")}
+    owners = fams.specific_fields()
+    base: dict[str, Any] = {}
+    mine: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in own:
+            mine[key] = value
+        elif key in common:
+            base[key] = value
+        elif key not in owners:          # another family's key: _check_models names the family
+            allowed = sorted(common | own)
+            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(allowed)})"
+            errs.add(f"{where}.{key}", f"unknown key{hint}")
+    m: ModelConfig | None = _build(ModelConfig, base, where, errs)
+    if m is None or cls is None:
+        return m
+    options = _build(cls, mine, where, errs)
+    return dataclasses.replace(m, options=options) if options is not None else None
+
+
 def _check_models(cfg_models: list[Any], raw_models: list[Any], errs: _Errors) -> None:
     names: dict[str, int] = {}
     fams = _families()
@@ -401,9 +418,9 @@ def _check_models(cfg_models: list[Any], raw_models: list[Any], errs: _Errors) -
             errs.add(f"{where}.name", f"duplicate model name '{m.name}' (also models[{names[m.name]}])")
         else:
             names[m.name] = i
-        tpl = m.hypothesis_template
-        if "{label}" not in tpl and "{}" not in tpl:
-            errs.add(f"{where}.hypothesis_template", f"must contain {{label}} or {{}}, got {tpl!r}")
+        check = getattr(m.options, "check", None)   # a family's own rules across its keys
+        for key, message in check() if check is not None else ():
+            errs.add(f"{where}.{key}", message)
 
 
 def _check_versions(m: ModelConfig, where: str, errs: _Errors) -> None:
@@ -561,7 +578,7 @@ def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None
         errs.add("models", "config has no models")
     else:
         for i, raw in enumerate(raw_models):
-            m = _build(ModelConfig, raw, f"models[{i}]", errs)
+            m = _build_model(raw, f"models[{i}]", errs)
             if m is not None and m.max_batch is not None:  # rs-infer's direct-path knob: one knob now
                 batching = raw.get("batching")
                 given = batching.get("max_rows") if isinstance(batching, dict) else None

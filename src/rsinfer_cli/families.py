@@ -30,7 +30,10 @@ class Family:
     commands: tuple[tuple[str, Any], ...] = ()   # (CLI name, "module:function" or the Typer function)
     bench: Any = None                 # "module:BENCH" or a dict: route → function(texts) → request body
     needs_tokenizer: bool = True      # the folder must provide tokenizer.json
-    config_fields: tuple[str, ...] = ()  # ModelConfig keys only this family reads (others are refused)
+    options: Any = None               # "module:Class": a dataclass of the family's own model keys (flat in the
+                                      # model entry, validated with key paths, read as `model.config.options`)
+    ops: Any = None                   # "module:OPS": its routes' Ops (request/response Structs) for /openapi.json
+    config_fields: tuple[str, ...] = ()  # engine keys of ModelConfig only this family may set (others are refused)
     recognise: Recognise | None = None   # how `download`/`inspect`/`bench` tell the folder's family
     priority: int = 50                # recognisers run in this order, lowest first
     hf_task: Any = None               # "module:function": its Hugging Face task on POST /models/{name} (call,
@@ -85,8 +88,35 @@ def served_kinds() -> tuple[str, ...]:
 
 
 def specific_fields() -> dict[str, str]:
-    """ModelConfig key → the one family that reads it."""
-    return {key: f.kind for f in _FAMILIES.values() for key in f.config_fields}
+    """Model key → the one family that reads it: engine keys of ModelConfig and each family's own options."""
+    owners = {key: f.kind for f in _FAMILIES.values() for key in f.config_fields}
+    for f in _FAMILIES.values():
+        for key in option_fields(f.kind):
+            owners.setdefault(key, f.kind)
+    return owners
+
+
+def options_class(kind: str) -> type[Any] | None:
+    """The dataclass of a kind's own model keys (None: the family has none); unknown kinds have none."""
+    fam = _FAMILIES.get(kind)
+    return None if fam is None or fam.options is None else resolve_ref(fam.options)  # type: ignore[no-any-return]
+
+
+def option_fields(kind: str) -> tuple[str, ...]:
+    import dataclasses
+
+    cls = options_class(kind)
+    return tuple(f.name for f in dataclasses.fields(cls)) if cls is not None else ()
+
+
+def default_options(kind: str) -> Any:
+    cls = options_class(kind)
+    return cls() if cls is not None else None
+
+
+def all_ops() -> tuple[Any, ...]:
+    """Every family's route-table entries (`server/schemas.Op`), in registry order."""
+    return tuple(op for f in _FAMILIES.values() if f.ops is not None for op in resolve_ref(f.ops))
 
 
 def guess_kind(hf_config: Mapping[str, Any], has_tokenizer: bool = True) -> tuple[str, str]:
@@ -136,30 +166,30 @@ def _is_embedding(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str:
     return f"config.json architectures: {_arch(hf_config) or 'none'}"
 
 
-def _builtin(kind: str, summary: str, pipeline: str, commands: Sequence[str], fields: Sequence[str],
+def _builtin(kind: str, summary: str, pipeline: str, commands: Sequence[str], options: str,
              recognise: Recognise, priority: int, info_type: str) -> Family:
     return Family(
         kind=kind, summary=summary, hf_task=f"rsinfer_cli.server.routes.{kind}:hf_task", info_type=info_type,
         pipeline=f"rsinfer_cli.pipelines.{kind}:{pipeline}",
         routes=f"rsinfer_cli.server.routes.{kind}:routes",
         commands=tuple((name, f"rsinfer_cli.cli.{kind}:{name}_cmd") for name in commands),
-        bench=f"rsinfer_cli.server.routes.{kind}:BENCH",
-        config_fields=tuple(fields), recognise=recognise, priority=priority)
+        bench=f"rsinfer_cli.server.routes.{kind}:BENCH", ops=f"rsinfer_cli.server.routes.{kind}:OPS",
+        options=f"rsinfer_cli.pipelines.{kind}:{options}", recognise=recognise, priority=priority)
 
 
 register(_builtin("embedding", "text embeddings (OpenAI, TEI)", "EmbeddingPipeline", ["embed"],
-                  ["pooling", "normalize", "dimensions", "pooling_in_graph"], _is_embedding, 90, "embedding"))
+                  "EmbeddingOptions", _is_embedding, 90, "embedding"))
 register(_builtin("rerank", "cross-encoder reranking and scoring (Cohere, Jina, TEI, vLLM)", "RerankPipeline",
                   ["rerank"],
-                  ["scoring"], _is_rerank, 30, "reranker"))
+                  "RerankOptions", _is_rerank, 30, "reranker"))
 register(_builtin("zeroshot", "zero-shot and true/false classification over NLI", "ZeroShotPipeline",
                   ["classify"],
-                  ["hypothesis_template", "entailment_label", "contradiction_label", "zeroshot_scoring"],
-                  _is_zeroshot, 20, "classifier"))
+                  "ZeroShotOptions", _is_zeroshot, 20, "classifier"))
 register(_builtin("pii", "PII detection and redaction", "PiiPipeline", ["redact", "detect"],
-                  ["threshold", "pii_hash_salt", "pii_recognizers"], _is_pii, 10, "classifier"))
+                  "PiiOptions", _is_pii, 10, "classifier"))
 register(Family(kind="tensor", summary="any ONNX graph as named tensors (KServe v2 REST and gRPC, /infer, /batch)",
                 pipeline="rsinfer_cli.pipelines.tensor:TensorPipeline",
                 routes="rsinfer_cli.server.routes.tensor:routes", bench="rsinfer_cli.server.routes.tensor:BENCH",
-                needs_tokenizer=False, config_fields=("max_batch_size", "backend", "min_elements", "max_elements",
-                                                             "normalize_input"), recognise=_is_tensor, priority=0))
+                ops="rsinfer_cli.server.routes.tensor:OPS", options="rsinfer_cli.pipelines.tensor:TensorOptions",
+                needs_tokenizer=False, config_fields=("max_batch_size", "backend"), recognise=_is_tensor,
+                priority=0))

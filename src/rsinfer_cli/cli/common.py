@@ -122,8 +122,11 @@ def load_pipeline(kind: str, *, name: str | None, config: Path | None, path: Pat
         if max_rows < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {max_rows}")
         cfg = dataclasses.replace(cfg, batching=dataclasses.replace(cfg.batching, max_rows=max_rows))
-    if overrides:
-        cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if given:  # the family's own keys go to its options, the rest to the model entry
+        own = {f.name for f in dataclasses.fields(cfg.options)} if cfg.options is not None else set()
+        options = dataclasses.replace(cfg.options, **{k: v for k, v in given.items() if k in own}) if own else None
+        cfg = dataclasses.replace(cfg, options=options, **{k: v for k, v in given.items() if k not in own})
     pipe = build_pipeline(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)), server)
     if server.cache is not None and cfg.cache:  # the config's server.cache serves one-shot commands too
         from ..engine.cache import open_cache

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ServerConfig
+from ..config import ServerConfig, opt
 from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
 from .base import Array, Timed, Timing, Work, last_token_index, stack
@@ -58,12 +58,23 @@ class EmbedResult(Timed):
     timing: Timing           # tokens (usage), truncated rows, stage times
 
 
+@dataclass(frozen=True)
+class EmbeddingOptions:
+    """The embedding family's model keys."""
+
+    pooling: str = opt("auto", choices=("auto", "cls", "mean", "last"))
+    normalize: bool = True
+    dimensions: int | None = opt(None, gt=0)
+    pooling_in_graph: bool | None = None
+
+
 class EmbeddingPipeline(TextPipeline):
     kind = "embedding"
 
     def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
         super().__init__(model, server)
         cfg = model.config
+        opts: EmbeddingOptions = cfg.options
         names = [o.name for o in model.graph.outputs]
         self.output = next((n for n in OUTPUT_ORDER if n in names), names[0])
         info = model.graph.output(self.output)
@@ -72,17 +83,17 @@ class EmbeddingPipeline(TextPipeline):
         if len(info.shape) not in (2, 3):
             raise ModelLoadError(f"model '{cfg.name}': embedding output '{self.output}' has shape "
                                  f"{list(info.shape)}; expected [batch, dim] or [batch, seq, dim]", model=cfg.name)
-        if cfg.pooling != "auto":
-            self.pooling, self.pooling_reason = cfg.pooling, "pooling in config"
+        if opts.pooling != "auto":
+            self.pooling, self.pooling_reason = opts.pooling, "pooling in config"
         else:
             self.pooling, self.pooling_reason = pooling_from_config(model.aux.get("1_Pooling/config.json", {}))
         if self.pooled_in_graph:
             self.pooling_reason = f"output '{self.output}' is already pooled"
         d = info.shape[-1]
         self.native_dim = d if isinstance(d, int) else None
-        self.dim: int | None = min(cfg.dimensions, d) if cfg.dimensions and isinstance(d, int) else (
-            cfg.dimensions or self.native_dim)
-        self.normalize = cfg.normalize
+        self.dim: int | None = min(opts.dimensions, d) if opts.dimensions and isinstance(d, int) else (
+            opts.dimensions or self.native_dim)
+        self.normalize = opts.normalize
         self.vocab_size: int = self.encoder.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def describe(self) -> dict[str, Any]:
@@ -131,7 +142,7 @@ class EmbeddingPipeline(TextPipeline):
 
     def postprocess(self, vectors: Array, dimensions: int | None = None, normalize: bool | None = None) -> Array:
         """Model `dimensions` → L2 normalise (model setting unless the request says) → request `dimensions`."""
-        cfg_dim = self.model.config.dimensions
+        cfg_dim = self.model.config.options.dimensions
         if cfg_dim and cfg_dim < vectors.shape[1]:
             vectors = vectors[:, :cfg_dim]
         if self.normalize if normalize is None else normalize:

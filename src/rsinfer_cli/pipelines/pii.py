@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ServerConfig
+from ..config import ServerConfig, opt
 from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, softmax
@@ -269,6 +269,16 @@ def redact_spans(text: str, entities: Sequence[Entity], mode: str = "mask", mask
     return "".join(out), spans
 
 
+@dataclass(frozen=True)
+class PiiOptions:
+    """The pii family's model keys."""
+
+    threshold: float = opt(0.5, ge=0, le=1)
+    pii_hash_salt: str | None = None
+    pii_recognizers: tuple[str, ...] = opt(("email", "url", "ip_address", "ssn", "credit_card"),
+                                           choices=("email", "url", "ip_address", "ssn", "credit_card"))
+
+
 class PiiPipeline(TextPipeline):
     kind = "pii"
     ragged = True
@@ -277,6 +287,7 @@ class PiiPipeline(TextPipeline):
         """The server's `pii_hash_salt` is the hash salt unless the model sets its own."""
         super().__init__(model, server)
         cfg = model.config
+        opts: PiiOptions = cfg.options
         salt = self.server.pii_hash_salt
         self.labels = id2label(model)
         self.output = pick_output(model, LOGIT_OUTPUTS)
@@ -287,7 +298,7 @@ class PiiPipeline(TextPipeline):
         if isinstance(shape[-1], int) and shape[-1] != len(self.labels):
             raise ModelLoadError(f"model '{cfg.name}': the graph has {shape[-1]} labels but config.json id2label "
                                  f"has {len(self.labels)}", model=cfg.name)
-        self.recognizers = cfg.pii_recognizers
+        self.recognizers = opts.pii_recognizers
         self.types = sorted(({parse_tag(label)[1] for label in self.labels} - {""})
                             | {RECOGNIZED[r] for r in self.recognizers})
         tok = self.encoder.tokenizer
@@ -299,10 +310,10 @@ class PiiPipeline(TextPipeline):
         if self.window < 8:
             raise ModelLoadError(f"model '{cfg.name}': max_len {max_len} leaves no room for text", model=cfg.name)
         self.overlap = max(max_len // 4, 1) if self.window > max_len // 4 else self.window // 2
-        self.threshold = cfg.threshold
-        self.salt_source = "pii_hash_salt of the model" if cfg.pii_hash_salt else (
+        self.threshold = opts.threshold
+        self.salt_source = "pii_hash_salt of the model" if opts.pii_hash_salt else (
             "server.pii_hash_salt" if salt else "random per process (set pii_hash_salt for stable hashes)")
-        chosen = cfg.pii_hash_salt or salt
+        chosen = opts.pii_hash_salt or salt
         self.salt = chosen.encode("utf-8") if chosen else secrets.token_bytes(16)
 
     def describe(self) -> dict[str, Any]:

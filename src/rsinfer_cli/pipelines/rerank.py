@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ServerConfig
+from ..config import ServerConfig, opt
 from ..engine.model import LoadedModel
 from ..errors import InferenceError, ModelLoadError, TokenizeError
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, last_token_index, pick_output, sigmoid, stack
@@ -34,6 +34,13 @@ class ScoreResult(Timed):
     timing: Timing
 
 
+@dataclass(frozen=True)
+class RerankOptions:
+    """The rerank family's model keys."""
+
+    scoring: str = opt("auto", choices=("auto", "logit", "sigmoid", "softmax", "yes_no"))
+
+
 class RerankPipeline(TextPipeline):
     kind = "rerank"
 
@@ -50,7 +57,7 @@ class RerankPipeline(TextPipeline):
         else:
             raise ModelLoadError(f"model '{cfg.name}': rerank output '{self.output}' has shape {list(shape)}; "
                                  "expected [batch, 1], [batch, 2] or [batch, seq, vocab]", model=cfg.name)
-        self.scoring = AUTO[self.layout] if cfg.scoring == "auto" else cfg.scoring
+        self.scoring = AUTO[self.layout] if cfg.options.scoring == "auto" else cfg.options.scoring
         if self.scoring not in ALLOWED[self.layout]:
             raise ModelLoadError(
                 f"model '{cfg.name}': scoring '{self.scoring}' does not fit output '{self.output}' {list(shape)}; "

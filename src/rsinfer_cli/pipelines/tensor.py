@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ServerConfig
+from ..config import ServerConfig, opt
 from ..engine.model import LoadedModel, sample_feeds
 from ..engine.session import Session, TensorInfo
 from ..errors import InferenceError, InputError, ModelLoadError
@@ -76,6 +76,17 @@ class TensorResult:
     timing: Timing
 
 
+@dataclass(frozen=True)
+class TensorOptions:
+    """The tensor family's input rules (inferstack-rs's MIN/MAX_INPUT_SIZE, NORMALIZE_INPUT): elements per row of
+    every input (the batch dimension left out when max_batch_size > 0); minmax rescales each row of a float input
+    to [0, 1] (`normalize_input`: `normalize` is the embedding family's L2 switch)."""
+
+    min_elements: int | None = opt(None, ge=0)
+    max_elements: int | None = opt(None, gt=0)
+    normalize_input: str = opt("none", choices=("none", "minmax"))
+
+
 class TensorPipeline(RowPipeline):
     kind = "tensor"
 
@@ -92,7 +103,9 @@ class TensorPipeline(RowPipeline):
                         f"shape {list(t.shape)}, without a variable batch dimension 0; set max_batch_size: 0",
                         model=model.name)
         cfg = model.config
-        self.min_elements, self.max_elements, self.normalize = cfg.min_elements, cfg.max_elements, cfg.normalize_input
+        opts: TensorOptions = cfg.options
+        self.min_elements, self.max_elements, self.normalize = (opts.min_elements, opts.max_elements,
+                                                                opts.normalize_input)
         if self.min_elements is not None and self.max_elements is not None and self.min_elements > self.max_elements:
             raise ModelLoadError(f"model '{model.name}': min_elements ({self.min_elements}) is above max_elements "
                                  f"({self.max_elements})", model=model.name)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ServerConfig
+from ..config import ServerConfig, opt
 from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError, TokenizeError
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, sigmoid, softmax, stack
@@ -88,16 +88,33 @@ class TrueFalseResult(Timed):
     timing: Timing
 
 
+@dataclass(frozen=True)
+class ZeroShotOptions:
+    """The zeroshot family's model keys."""
+
+    hypothesis_template: str = "The text is about {label}."
+    entailment_label: str = "entailment"
+    contradiction_label: str = "contradiction"
+    zeroshot_scoring: str = opt("hf", choices=("hf", "nli_margin"))
+
+    def check(self) -> list[tuple[str, str]]:
+        tpl = self.hypothesis_template
+        if "{label}" not in tpl and "{}" not in tpl:
+            return [("hypothesis_template", f"must contain {{label}} or {{}}, got {tpl!r}")]
+        return []
+
+
 class ZeroShotPipeline(TextPipeline):
     kind = "zeroshot"
 
     def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
         super().__init__(model, server)
         cfg = model.config
+        opts: ZeroShotOptions = cfg.options
         labels = self.labels = id2label(model)
-        ent, con = find_label(labels, cfg.entailment_label), find_label(labels, cfg.contradiction_label)
+        ent, con = find_label(labels, opts.entailment_label), find_label(labels, opts.contradiction_label)
         if ent is None or con is None or ent == con:
-            missing = cfg.entailment_label if ent is None else cfg.contradiction_label
+            missing = opts.entailment_label if ent is None else opts.contradiction_label
             raise ModelLoadError(f"model '{cfg.name}': no '{missing}' label in config.json id2label "
                                  f"{labels}; set entailment_label / contradiction_label", model=cfg.name)
         self.entail, self.contra = ent, con
@@ -106,8 +123,8 @@ class ZeroShotPipeline(TextPipeline):
         if len(shape) != 2 or (isinstance(shape[-1], int) and shape[-1] != len(labels)):
             raise ModelLoadError(f"model '{cfg.name}': NLI output '{self.output}' has shape {list(shape)}; expected "
                                  f"[batch, {len(labels)}] for the labels {labels}", model=cfg.name)
-        self.template = cfg.hypothesis_template
-        self.scoring = cfg.zeroshot_scoring
+        self.template = opts.hypothesis_template
+        self.scoring = opts.zeroshot_scoring
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "zeroshot", "output": self.output, "labels": self.labels,

@@ -27,7 +27,7 @@ from .metrics import Metrics, QueueCollector
 from .ratelimit import HEADERS as LIMIT_HEADERS
 from .ratelimit import Limit, RateLimiter
 from .routes import hf, ops
-from .schemas import OPS
+from .schemas import all_ops
 from .state import BODY_BYTES, CACHE_STATUS, STATE, ServerState
 
 access_log = logging.getLogger("rsinfer.access")
@@ -36,8 +36,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_ROUTES = frozenset({"/health", "/v2/health/live", "/v2/health/ready", "/openapi.json", "/docs",
                          "/docs/assets"})
 STATIC = Path(__file__).parent / "static" / "swagger-ui"   # Swagger UI 5 (Apache-2.0), served by /docs, no CDN
-# the routes whose errors take KServe's body: the route table says so, for the document and the server alike
-KSERVE_ROUTES = frozenset(path for op in OPS if op.errors == "kserve" for path in op.paths)
 
 
 def route_label(request: web.Request) -> str:
@@ -55,6 +53,8 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
     max_body = int(config.server.max_body_mb * 2**20)
     timeout_s = config.server.request_timeout_ms / 1000
     access = config.server.access_log
+    # the routes whose errors take KServe's body: the route table says so, for the document and the server alike
+    kserve_routes = frozenset(path for op in all_ops() if op.errors == "kserve" for path in op.paths)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -108,7 +108,7 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - this is the mapping point
-                response = response_for(exc, kserve=route in KSERVE_ROUTES)
+                response = response_for(exc, kserve=route in kserve_routes)
                 if response.status >= 500:
                     log.error("%s %s failed: %s", request.method, route, exc,
                               exc_info=not isinstance(exc, (web.HTTPException,)) and status_for(exc)[0] == 500)

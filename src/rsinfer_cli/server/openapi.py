@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from .. import families
-from .schemas import OPS, KServeError, Op, OpenAIError
+from .schemas import KServeError, Op, OpenAIError, all_ops
 
 ERRORS = {
     "openai": {"400": "Bad input", "401": "Missing or invalid API key", "404": "Unknown model", "408": "Too slow",
@@ -64,7 +64,7 @@ def document(secured: bool = False) -> dict[str, Any]:
     """The OpenAPI 3.1 document of rsinfer's HTTP API (`secured`: API keys are configured)."""
     comps = _Components()
     paths: dict[str, dict[str, Any]] = {}
-    for op in OPS:
+    for op in all_ops():
         for path in op.paths:
             paths.setdefault(path, {})[op.method.lower()] = _operation(op, path, comps, secured)
     doc: dict[str, Any] = {

@@ -4,24 +4,17 @@ from __future__ import annotations
 
 import base64
 import uuid
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from aiohttp import web
+from msgspec import Meta
 
 from ...errors import InputError
 from ...pipelines.embedding import EmbeddingPipeline, embedding_types
 from ..errors import RequestValidationError
 from ..request import text_or_token_input
-from ..schemas import (
-    CohereEmbedRequest,
-    DecodeRequest,
-    EmbeddingsRequest,
-    SentencePair,
-    SimilarityRequest,
-    TeiEmbedRequest,
-    TokenizeRequest,
-)
+from ..schemas import Direction, Inputs, Model, Op, PositiveInt, Request, Response, SentencePair, Usage
 from .common import (
     Call,
     begin,
@@ -32,6 +25,90 @@ from .common import (
     truncation_headers,
     usage,
 )
+
+# ---------------------------------------------------------------- request and response bodies
+
+
+class EmbeddingsRequest(Request):
+    input: Inputs
+    model: Model = None
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: Annotated[PositiveInt | None, Meta(description="Keep the first N dimensions, re-normalised")] = None
+    truncate: bool | None = None
+
+
+class EmbeddingItem(Response):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingsResponse(Response):
+    object: Literal["list"]
+    data: list[EmbeddingItem]
+    model: str
+    usage: Usage
+
+
+class TeiEmbedRequest(Request):
+    inputs: Inputs
+    normalize: bool | None = None
+    truncate: bool | None = None
+    truncation_direction: Direction | None = None
+    dimensions: PositiveInt | None = None
+
+
+class CohereEmbedRequest(Request):
+    texts: list[str]
+    model: Model = None
+    input_type: Literal["search_document", "search_query", "classification", "clustering"] | None = None
+    embedding_types: list[Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]] | None = None
+    truncate: Literal["NONE", "START", "END", "none", "start", "end"] | None = None
+    output_dimension: PositiveInt | None = None
+
+
+class CohereEmbedResponse(Response):
+    id: str
+    response_type: Literal["embeddings_floats", "embeddings_by_type"]
+    embeddings: list[list[float]] | dict[str, list[Any]]
+    texts: list[str]
+    meta: dict[str, Any]
+
+
+class TokenizeRequest(Request):
+    inputs: str | list[str]
+    add_special_tokens: bool | None = None
+
+
+class Token(Response):
+    id: int
+    text: str
+    special: bool
+    start: int
+    stop: int
+
+
+class DecodeRequest(Request):
+    ids: list[int | list[int]]
+    skip_special_tokens: bool | None = None
+
+
+class SimilarityRequest(Request):
+    inputs: SentencePair
+
+
+OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
+    Op(("/v1/embeddings",), "POST", "OpenAI / vLLM embeddings", "embedding", EmbeddingsRequest,
+       EmbeddingsResponse),
+    Op(("/embed",), "POST", "TEI embeddings (the default embedding model)", "embedding", TeiEmbedRequest,
+       list[list[float]]),
+    Op(("/v1/embed", "/v2/embed"), "POST", "Cohere embed", "embedding", CohereEmbedRequest, CohereEmbedResponse),
+    Op(("/tokenize",), "POST", "TEI: tokens with offsets", "embedding", TokenizeRequest, list[list[Token]]),
+    Op(("/decode",), "POST", "TEI: token ids back to text", "embedding", DecodeRequest, list[str]),
+    Op(("/similarity",), "POST", "TEI: cosine similarity of sentences", "embedding", SimilarityRequest,
+       list[float]),
+)
+
 
 routes = web.RouteTableDef()
 # `rsinfer bench --url`: a request body for each route, from texts

@@ -4,15 +4,83 @@ Neither the texts nor the spans are ever logged."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from aiohttp import web
+from msgspec import Meta
 
 from ...errors import InputError
 from ...pipelines.pii import PiiPipeline
 from ..errors import RequestValidationError
-from ..schemas import PiiRequest, RedactRequest
+from ..schemas import Model, Op, Probability, Request, Response, Usage
 from .common import Call, begin, check_chars, check_count, json_response, usage
+
+# ---------------------------------------------------------------- request and response bodies
+
+
+class PiiRequest(Request):
+    text: Annotated[str | None, Meta(description="One text (or `texts`)")] = None
+    texts: list[str] | None = None
+    model: Model = None
+    threshold: Probability | None = None
+    types: Annotated[list[str] | None, Meta(description="Entity types to keep; unknown types are a 400")] = None
+
+
+class RedactRequest(PiiRequest):
+    mode: Literal["mask", "remove", "replace", "hash", ""] | None = None
+    mask_char: Annotated[str, Meta(min_length=1, max_length=1)] | None = None
+    replacement: Annotated[str | None, Meta(description="A template with {type}, e.g. <{type}>")] = None
+
+
+class Entity(Response):
+    entity_type: str
+    text: Annotated[str, Meta(description="The value found (detect only; redaction never returns it)")]
+    score: float
+    start: int
+    end: int
+
+
+class RedactedSpan(Response):
+    entity_type: str
+    score: float
+    start: int
+    end: int
+    replacement: str
+    redacted_start: int
+    redacted_end: int
+
+
+class DetectResult(Response):
+    entities: list[Entity]
+    text: str | None = None
+
+
+class DetectResponse(Response):
+    object: Literal["pii.detection"]
+    model: str
+    results: list[DetectResult]
+    usage: Usage
+
+
+class RedactResult(Response):
+    text: str
+    entities: list[RedactedSpan]
+
+
+class RedactResponse(Response):
+    object: Literal["pii.redaction"]
+    model: str
+    results: list[RedactResult]
+    usage: Usage
+
+
+OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
+    Op(("/pii/detect", "/v1/pii/detect"), "POST", "Find PII (returns the values)", "pii", PiiRequest,
+       DetectResponse),
+    Op(("/pii/redact", "/v1/pii/redact"), "POST", "Redact PII (never returns a removed value)", "pii",
+       RedactRequest, RedactResponse),
+)
+
 
 routes = web.RouteTableDef()
 BENCH = {route: (lambda texts: {"texts": texts}) for route in

@@ -5,15 +5,115 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from aiohttp import web
+from msgspec import Meta
 
 from ...errors import InputError, PayloadTooLarge
 from ...pipelines.rerank import RerankPipeline, ScoreResult, ranked
 from ..errors import RequestValidationError
-from ..schemas import CohereV2RerankRequest, RerankRequest, ScoreRequest
+from ..schemas import Direction, Model, NonNegativeInt, Op, PositiveInt, Request, Response, Usage
 from .common import Call, begin, check_chars, json_response, truncation_direction, truncation_headers, usage
+
+# ---------------------------------------------------------------- request and response bodies
+
+
+Documents = Annotated[list[str | dict[str, Any]], Meta(description="Strings, {text} objects, or objects ranked on "
+                                                                    "`rank_fields`")]
+
+
+class RerankRequest(Request):
+    """Cohere v1 / Jina `documents`, or TEI's `texts` (with `raw_scores`, `return_text`)."""
+
+    query: str
+    documents: Documents | None = None
+    texts: list[str] | None = None
+    model: Model = None
+    top_n: NonNegativeInt | None = None
+    return_documents: bool | None = None
+    rank_fields: list[str] | None = None
+    truncate: bool | None = None
+    raw_scores: bool | None = None
+    return_text: bool | None = None
+    truncation_direction: Direction | None = None
+
+
+class RerankResult(Response):
+    index: int
+    relevance_score: float
+    document: dict[str, Any] | None = None
+
+
+class RerankResponse(Response):
+    id: str
+    model: str
+    results: list[RerankResult]
+    usage: Usage
+
+
+class TeiRankItem(Response):
+    index: int
+    score: float
+    text: str | None = None
+
+
+class CohereV2RerankRequest(Request):
+    query: str
+    documents: Documents
+    model: Model = None
+    top_n: NonNegativeInt | None = None
+    max_tokens_per_doc: PositiveInt | None = None
+    return_documents: bool | None = None
+    rank_fields: list[str] | None = None
+
+
+class CohereV2RerankResponse(Response):
+    id: str
+    results: list[RerankResult]
+    meta: dict[str, Any]
+
+
+TextOrTexts = str | list[str]
+
+
+class ScoreRequest(Request):
+    """vLLM: `text_1`/`text_2` (or `queries` with `documents` or `items`, or `data_1`/`data_2`)."""
+
+    text_1: TextOrTexts | None = None
+    text_2: TextOrTexts | None = None
+    queries: TextOrTexts | None = None
+    documents: TextOrTexts | None = None
+    items: TextOrTexts | None = None
+    data_1: TextOrTexts | None = None
+    data_2: TextOrTexts | None = None
+    model: Model = None
+    truncate: bool | None = None
+
+
+class ScoreItem(Response):
+    index: int
+    object: Literal["score"]
+    score: float
+
+
+class ScoreResponse(Response):
+    id: str
+    object: Literal["list"]
+    created: int
+    model: str
+    data: list[ScoreItem]
+    usage: Usage
+
+
+OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
+    Op(("/v1/rerank", "/rerank"), "POST", "Rerank (Cohere v1 / Jina; TEI's shape with `texts`)", "rerank",
+       RerankRequest, RerankResponse | list[TeiRankItem]),
+    Op(("/v2/rerank",), "POST", "Cohere v2 rerank", "rerank", CohereV2RerankRequest, CohereV2RerankResponse),
+    Op(("/v1/score", "/score"), "POST", "vLLM score: 1:1, 1:N or N:N pairs", "rerank", ScoreRequest,
+       ScoreResponse),
+)
+
 
 routes = web.RouteTableDef()
 QUERY = "where is my refund"

@@ -4,18 +4,106 @@ KServe body `{"error": "..."}` (see server/errors.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from aiohttp import web
+from msgspec import Meta, Struct
 
 from ...engine.model import LoadedModel
 from ...errors import InputError, ModelNotFound
 from ...pipelines.tensor import TensorPipeline, TensorResult, datatype_of, kserve_shape, platform, tensor_metadata
 from ..kserve import codec
-from ..schemas import InferstackRequest
+from ..schemas import Model, Op, Request, Response
 from ..state import STATE, ServerState
 from .common import decode, json_response
+
+# ---------------------------------------------------------------- request and response bodies
+
+
+Datatype = Literal["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16",
+                   "FP32", "FP64", "BYTES", "BF16"]
+
+
+class KServeTensor(Struct, kw_only=True):
+    name: str
+    datatype: Datatype
+    shape: list[int]
+    parameters: dict[str, Any] | None = None
+    data: list[Any] | None = None
+
+
+class KServeOutputRequest(Struct, kw_only=True):
+    name: str
+    parameters: dict[str, Any] | None = None
+
+
+class KServeInferRequest(Request):
+    inputs: list[KServeTensor]
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    outputs: list[KServeOutputRequest] | None = None
+
+
+class KServeInferResponse(Response):
+    model_name: str
+    outputs: list[KServeTensor]
+    model_version: str | None = None
+    id: str | None = None
+
+
+class KServeTensorMeta(Response):
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+class KServeModelMetadata(Response):
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[KServeTensorMeta]
+    outputs: list[KServeTensorMeta]
+
+
+class KServeServerMetadata(Response):
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class InferstackRequest(Request):
+    input: Annotated[list[Any] | None, Meta(description="Rows for the model's one input (legacy)")] = None
+    inputs: Annotated[dict[str, list[Any]] | None, Meta(description="Tensors by input name")] = None
+    model: Model = None
+    model_version: str | int | None = None
+
+
+class InferstackResponse(Response):
+    output: list[Any]
+    outputs: dict[str, Any] | list[dict[str, Any]]
+    model_version: str
+
+
+OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
+    Op(("/v2",), "GET", "KServe v2 server metadata", "tensor", response=KServeServerMetadata, errors="kserve"),
+    Op(("/v2/health/live", "/v2/health/ready"), "GET", "KServe v2 health (200 = true)", "tensor",
+       response="empty", errors="kserve", open=True),
+    Op(("/v2/models/{model}", "/v2/models/{model}/versions/{version}"), "GET", "KServe v2 model metadata",
+       "tensor", response=KServeModelMetadata, errors="kserve"),
+    Op(("/v2/models/{model}/ready", "/v2/models/{model}/versions/{version}/ready"), "GET",
+       "KServe v2 model readiness (200 = ready)", "tensor", response="empty", errors="kserve"),
+    Op(("/v2/models/{model}/infer", "/v2/models/{model}/versions/{version}/infer"), "POST",
+       "KServe v2 inference (JSON tensors, or the binary tensor data extension)", "tensor", KServeInferRequest,
+       KServeInferResponse, errors="kserve"),
+    Op(("/infer",), "POST", "inferstack-rs inference", "tensor", InferstackRequest, InferstackResponse,
+       errors="kserve"),
+    Op(("/batch",), "POST", "inferstack-rs batch: one row per item", "tensor", InferstackRequest,
+       InferstackResponse, errors="kserve"),
+    Op(("/models",), "GET", "inferstack-rs: every model, its versions and their tensors", "tensor",
+       response=dict[str, Any], errors="kserve"),
+)
+
 
 routes = web.RouteTableDef()
 BENCH = {"/infer": lambda texts: {"input": [[0.0, 0.0, 0.0, 0.0]] * max(len(texts), 1)}}

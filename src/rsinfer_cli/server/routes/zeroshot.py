@@ -2,16 +2,66 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from aiohttp import web
+from msgspec import Meta
 
 from ...errors import InputError
 from ...pipelines.pii import check_threshold
 from ...pipelines.zeroshot import ZeroShotPipeline, assertion_for
 from ..errors import RequestValidationError
-from ..schemas import TrueFalseRequest, ZeroShotRequest
+from ..schemas import Model, Op, Probability, Request, Response, Usage
 from .common import Call, begin, check_chars, check_count, json_response, usage
+
+# ---------------------------------------------------------------- request and response bodies
+
+
+class ZeroShotRequest(Request):
+    input: str | list[str]
+    candidate_labels: list[str]
+    model: Model = None
+    multi_label: bool | None = None
+    hypothesis_template: Annotated[str | None, Meta(description="With {label} or {}")] = None
+    truncate: bool | None = None
+
+
+class ZeroShotResponse(Response):
+    object: Literal["classification", "classification.list"]
+    model: str
+    usage: Usage
+    labels: list[str] | None = None
+    scores: list[float] | None = None
+    results: list[dict[str, Any]] | None = None
+
+
+class TrueFalseRequest(Request):
+    input: str | list[str]
+    question: str | None = None
+    assertion: str | None = None
+    model: Model = None
+    threshold: Probability | None = None
+    truncate: bool | None = None
+
+
+class TrueFalseResponse(Response):
+    object: Literal["classification.true_false", "classification.true_false.list"]
+    model: str
+    usage: Usage
+    label: str | None = None
+    is_true: bool | None = None
+    true_probability: float | None = None
+    assertion: str | None = None
+    results: list[dict[str, Any]] | None = None
+
+
+OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
+    Op(("/classify/zero-shot", "/v1/classify/zero-shot"), "POST", "Zero-shot classification over NLI", "zeroshot",
+       ZeroShotRequest, ZeroShotResponse),
+    Op(("/classify/true-false", "/v1/classify/true-false"), "POST", "Is an assertion true of each text",
+       "zeroshot", TrueFalseRequest, TrueFalseResponse),
+)
+
 
 routes = web.RouteTableDef()
 LABELS = ["billing", "shipping", "refund", "other"]
