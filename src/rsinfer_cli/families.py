@@ -34,7 +34,7 @@ class Family:
                                       # model entry, validated with key paths, read as `model.config.options`)
     ops: Any = None                   # "module:OPS": its routes' Ops (request/response Structs) for /openapi.json
     config_fields: tuple[str, ...] = ()  # engine keys of ModelConfig only this family may set (others are refused)
-    recognise: Recognise | None = None   # how `download`/`inspect`/`bench` tell the folder's family
+    recognise: Recognise | str | None = None   # how `download`/`inspect`/`bench` tell the folder's family
     priority: int = 50                # recognisers run in this order, lowest first
     hf_task: Any = None               # "module:function": its Hugging Face task on POST /models/{name} (call,
                                       # inputs, parameters) → response; None: the HF routes refuse the kind
@@ -123,7 +123,7 @@ def guess_kind(hf_config: Mapping[str, Any], has_tokenizer: bool = True) -> tupl
     """(kind, why) of a model folder from its config.json and whether it has a tokenizer."""
     for fam in sorted(_FAMILIES.values(), key=lambda f: f.priority):
         if fam.recognise is not None:
-            why = fam.recognise(hf_config, has_tokenizer)
+            why = resolve_ref(fam.recognise)(hf_config, has_tokenizer)
             if why is not None:
                 return fam.kind, why
     return "embedding", "no family recognised the folder"
@@ -167,7 +167,7 @@ def _is_embedding(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str:
 
 
 def _builtin(kind: str, summary: str, pipeline: str, commands: Sequence[str], options: str,
-             recognise: Recognise, priority: int, info_type: str) -> Family:
+             recognise: Recognise | str, priority: int, info_type: str) -> Family:
     return Family(
         kind=kind, summary=summary, hf_task=f"rsinfer_cli.server.routes.{kind}:hf_task", info_type=info_type,
         pipeline=f"rsinfer_cli.pipelines.{kind}:{pipeline}",
