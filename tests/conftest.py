@@ -67,44 +67,25 @@ def redis_server(tmp_path):
         srv.kill()
 
 
-def _serves(metafunc: pytest.Metafunc) -> bool:
-    """The test, or a fixture it uses, starts a ServerThread."""
-    import inspect
-
-    funcs = [metafunc.function] + [d.func for name in metafunc.fixturenames
-                                   for d in metafunc._arg2fixturedefs.get(name, ())]
-    for fn in funcs:
-        try:
-            if "ServerThread(" in inspect.getsource(fn):
-                return True
-        except (OSError, TypeError):
-            continue
-    return False
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A module with `SERVE_MODES = ("single", "workers")` runs each test that serves once per way ServerThread
-    serves (module-scoped, so a module's shared server is started once per mode)."""
+    """A test that asks for `serve_mode` (itself or through a fixture) in a module with
+    `SERVE_MODES = ("single", "workers")` runs once per way the daemon serves: module-scoped, so a module's shared
+    server is started once per mode. The test passes it on: `ServerThread(cfg, mode=serve_mode)`."""
     modes = getattr(metafunc.module, "SERVE_MODES", None)
-    if modes and _serves(metafunc):
+    if modes and "serve_mode" in metafunc.fixturenames:
         metafunc.parametrize("serve_mode", modes, indirect=True, scope="module")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def serve_mode(request: pytest.FixtureRequest):
+@pytest.fixture(scope="module")
+def serve_mode(request: pytest.FixtureRequest) -> str:
     """single: the daemon in one process; workers: its front end and engine split, talking over a Unix socket."""
-    import serverutil
-
-    mode = getattr(request, "param", "single")
-    serverutil.MODE = mode
-    try:
-        yield mode
-    finally:
-        serverutil.MODE = "single"
+    return str(getattr(request, "param", "single"))
 
 
 @pytest.fixture(autouse=True)
-def _single_process_only(request: pytest.FixtureRequest, serve_mode: str) -> None:
+def _single_process_only(request: pytest.FixtureRequest) -> None:
     marker = request.node.get_closest_marker("single_process")
-    if serve_mode == "workers" and marker is not None:
+    callspec = getattr(request.node, "callspec", None)
+    mode = callspec.params.get("serve_mode") if callspec is not None else None
+    if mode == "workers" and marker is not None:
         pytest.skip(f"one-process server only: {marker.args[0]}")

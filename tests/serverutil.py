@@ -21,13 +21,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# how ServerThread serves: "single" (one process: create_app over the loaded models), or "workers": the
-# multi-process split in one process - an EngineServer on a thread of its own owns the models and their
-# schedulers, and the app is a front end that reaches it over a Unix socket exactly as a worker process does.
-# conftest sets it per test from the module's SERVE_MODES.
-MODE = "single"
-
-
 class EngineThread:
     """An EngineServer on its own thread and event loop, listening on a Unix socket in a temporary folder."""
 
@@ -61,14 +54,17 @@ class EngineThread:
 
 
 class ServerThread:
-    """create_app() served on 127.0.0.1:<free port> from a thread with its own event loop."""
+    """create_app() served on 127.0.0.1:<free port> from a thread with its own event loop. `mode` (the `serve_mode`
+    fixture): "single", one process - create_app over the loaded models; or "workers", the multi-process split in
+    one process - an EngineServer on a thread of its own owns the models and their schedulers, and the app is a
+    front end that reaches it over a Unix socket exactly as a worker process does."""
 
     def __init__(self, config: Config, registry: Registry | None = None, grpc: bool = False,
-                 mode: str | None = None) -> None:
+                 mode: str = "single") -> None:
         from rsinfer_cli.server.app import create_app
         from rsinfer_cli.server.state import STATE
 
-        self.mode = mode or MODE
+        self.mode = mode
         self.registry = registry or Registry.load(config)
         self._loop = asyncio.new_event_loop()
         self.engine: EngineThread | None = None

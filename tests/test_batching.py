@@ -326,7 +326,7 @@ class TestSameAsUnbatched:
 
 
 @pytest.mark.shared
-def test_request_larger_than_the_queue_takes_the_direct_path(shared_models):
+def test_request_larger_than_the_queue_takes_the_direct_path(shared_models, serve_mode):
     import httpx
 
     from rsinfer_cli.config import parse_config
@@ -336,7 +336,7 @@ def test_request_larger_than_the_queue_takes_the_direct_path(shared_models):
     cfg = parse_config({"models": [{"name": "r", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"),
                                     "replicas": 1, "batching": {"max_rows": 3, "queue_rows": 4}}]})
     docs = [f"document number {i} " * (i + 1) for i in range(10)]
-    with ServerThread(cfg) as srv:
+    with ServerThread(cfg, mode=serve_mode) as srv:
         with httpx.Client(base_url=srv.url, timeout=60) as c:
             big = c.post("/v1/rerank", json={"query": "q", "documents": docs}).json()
             small = c.post("/v1/rerank", json={"query": "q", "documents": docs[:3]}).json()

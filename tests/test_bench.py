@@ -60,12 +60,12 @@ def test_in_process_skips_missing_eps(shared_models):
 
 
 @pytest.mark.shared
-def test_http_mode_against_a_loopback_server(shared_models, tmp_path):
+def test_http_mode_against_a_loopback_server(shared_models, tmp_path, serve_mode):
     cfg = parse_config({"models": [{"name": "mini", "kind": "embedding", "replicas": 1,
                                     "path": str(shared_models / "all-minilm-l6-v2")}]})
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("first text\nsecond text\n\nthird\n")
-    with ServerThread(cfg) as srv:
+    with ServerThread(cfg, mode=serve_mode) as srv:
         proc = bench("--url", srv.url, "--concurrency", "4", "--requests", "40", "--texts-per-request", "2",
                      "--corpus", str(corpus), "--json")
         table = bench("--url", srv.url, "--route", "/embed", "--requests", "5", "--concurrency", "2")

@@ -68,11 +68,12 @@ def post(c: httpx.Client, route: str, body: dict) -> httpx.Response:
 
 
 @pytest.mark.parametrize("backend", ["memory", "redis"])
-def test_miss_hit_partial_and_identical_answers(shared_models, registry, request, backend):
+def test_miss_hit_partial_and_identical_answers(shared_models, registry, request, backend, serve_mode):
     cache = {"backend": backend}
     if backend == "redis":
         cache["url"] = request.getfixturevalue("redis_server").url
-    with ServerThread(config(shared_models, **cache), registry) as srv, httpx.Client(base_url=srv.url) as c:
+    with ServerThread(config(shared_models, **cache), registry,
+                      mode=serve_mode) as srv, httpx.Client(base_url=srv.url) as c:
         for route, body, part in REQUESTS:
             first, second = post(c, route, body), post(c, route, body)
             assert (first.headers["x-rsinfer-cache"], second.headers["x-rsinfer-cache"]) == ("miss", "hit"), route
@@ -95,14 +96,14 @@ def test_miss_hit_partial_and_identical_answers(shared_models, registry, request
                                            "redis_connected": True if backend == "redis" else None}
 
 
-def test_redis_survives_restarts_outages_and_keeps_no_text(shared_models, registry, redis_server):
+def test_redis_survives_restarts_outages_and_keeps_no_text(shared_models, registry, redis_server, serve_mode):
     cfg = config(shared_models, backend="redis", url=redis_server.url, ttl_s=600)
     texts = {"model": "mini", "input": ["a question about shipping"]}
     pii = {"model": "pii", "text": PII_TEXT}
-    with ServerThread(cfg, registry) as srv, httpx.Client(base_url=srv.url) as c:
+    with ServerThread(cfg, registry, mode=serve_mode) as srv, httpx.Client(base_url=srv.url) as c:
         assert post(c, "/v1/embeddings", texts).headers["x-rsinfer-cache"] == "miss"
         assert post(c, "/pii/redact", pii).headers["x-rsinfer-cache"] == "miss"
-    with ServerThread(cfg, registry) as srv, httpx.Client(base_url=srv.url) as c:  # rsinfer restarted
+    with ServerThread(cfg, registry, mode=serve_mode) as srv, httpx.Client(base_url=srv.url) as c:  # rsinfer restarted
         assert post(c, "/v1/embeddings", texts).headers["x-rsinfer-cache"] == "hit"
         # privacy: no key or value holds a request's text or a value redaction removed
         client = redis_server.client()
@@ -131,8 +132,9 @@ def test_redis_survives_restarts_outages_and_keeps_no_text(shared_models, regist
         assert c.get("/health").json()["cache"] == "ok"
 
 
-def test_min_inference_ms_caches_only_slow_rows(shared_models, registry):
-    with ServerThread(config(shared_models, backend="memory", min_inference_ms=60_000), registry) as srv, \
+def test_min_inference_ms_caches_only_slow_rows(shared_models, registry, serve_mode):
+    with ServerThread(config(shared_models, backend="memory", min_inference_ms=60_000), registry,
+                      mode=serve_mode) as srv, \
             httpx.Client(base_url=srv.url) as c:
         body = {"model": "mini", "input": "quick"}
         assert [post(c, "/v1/embeddings", body).headers["x-rsinfer-cache"] for _ in range(2)] == ["miss", "miss"]
@@ -188,8 +190,9 @@ def test_cache_block_errors_name_the_key_path():
     assert "server.cache.max_mb: must be > 0" in msg and "server.cache.ttl: unknown key (did you mean 'ttl_s'?)" in msg
 
 
-def test_a_row_repeated_within_a_request_runs_once(shared_models, registry):
-    with ServerThread(config(shared_models, backend="memory"), registry) as srv, httpx.Client(base_url=srv.url) as c:
+def test_a_row_repeated_within_a_request_runs_once(shared_models, registry, serve_mode):
+    with ServerThread(config(shared_models, backend="memory"), registry,
+                      mode=serve_mode) as srv, httpx.Client(base_url=srv.url) as c:
         r = post(c, "/v1/embeddings", {"model": "mini", "input": ["same text", "other", "same text"],
                                        "encoding_format": "float"})
         vectors = [d["embedding"] for d in r.json()["data"]]

@@ -23,7 +23,7 @@ TEXTS = ["where is my parcel", "the cat sat on the mat"]
 def server(shared_models, serve_mode):
     cfg = parse_config({"models": [{"name": "mini", "kind": "embedding",
                                     "path": str(shared_models / "all-minilm-l6-v2"), "replicas": 1}]})
-    with ServerThread(cfg) as srv:
+    with ServerThread(cfg, mode=serve_mode) as srv:
         yield srv
 
 
@@ -91,7 +91,7 @@ def four(shared_models, serve_mode):
         {"name": "rr", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"), "replicas": 1},
         {"name": "pii", "kind": "pii", "path": str(shared_models / "rampart-pii"), "replicas": 1},
         {"name": "nli", "kind": "zeroshot", "path": str(shared_models / "tiny-nli"), "replicas": 1}]})
-    with ServerThread(cfg) as srv:
+    with ServerThread(cfg, mode=serve_mode) as srv:
         yield srv
 
 
@@ -138,7 +138,7 @@ def limited(shared_models, serve_mode):
                         "models": [
         {"name": "rr", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"), "replicas": 1},
         {"name": "nli", "kind": "zeroshot", "path": str(shared_models / "tiny-nli"), "replicas": 1}]})
-    with ServerThread(cfg) as srv:
+    with ServerThread(cfg, mode=serve_mode) as srv:
         yield srv
 
 

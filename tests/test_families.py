@@ -87,10 +87,10 @@ def test_unknown_until_registered(shared_models):
 
 @pytest.mark.shared
 @pytest.mark.parametrize("batching", [True, False])
-def test_toy_family_served_through_the_scheduler(toy, shared_models, batching):
+def test_toy_family_served_through_the_scheduler(toy, shared_models, batching, serve_mode):
     cfg = toy_config(shared_models, batching)
     requests = [[[float(i), float(i) + 0.5, -1.0, 2.0]] * (1 + i % 3) for i in range(24)]
-    with ServerThread(cfg) as srv:
+    with ServerThread(cfg, mode=serve_mode) as srv:
         scheduler = srv.schedulers["adder"]
         assert scheduler.batching is batching
 
@@ -175,10 +175,11 @@ def test_serve_refuses_a_kind_without_routes_before_loading(tmp_path):
 
 
 @pytest.mark.shared
-def test_the_hugging_face_route_and_info_come_from_the_registry(toy, shared_models):
+def test_the_hugging_face_route_and_info_come_from_the_registry(toy, shared_models, serve_mode):
     """A family declared outside the package (here, in this test) answers POST /models/{name} with its own task
     and names its /info type: hf.py and ops.py know no kind."""
-    with ServerThread(toy_config(shared_models, True)) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+    with ServerThread(toy_config(shared_models, True),
+                      mode=serve_mode) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
         r = c.post("/models/adder", json={"inputs": "1 2 3 4"})
         assert r.status_code == 200 and r.json() == [[2.0, 3.0, 4.0, 5.0]]
         assert "toy-adder" in c.get("/info").json()["model_type"]
@@ -187,6 +188,8 @@ def test_the_hugging_face_route_and_info_come_from_the_registry(toy, shared_mode
     families.unregister("toy")
     families.register(families.Family(kind="toy", summary="no task", pipeline=ToyPipeline, routes=toy_routes,
                                       needs_tokenizer=False))
-    with ServerThread(toy_config(shared_models, True)) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+    with ServerThread(toy_config(shared_models, True),
+                      mode=serve_mode) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
         r = c.post("/models/adder", json={"inputs": "1 2 3 4"})
-        assert r.status_code == 400 and "serve embedding, rerank, zeroshot, pii models" in r.json()["error"]["message"]
+        served = ", ".join(f.kind for f in families.all_families() if f.hf_task is not None)
+        assert r.status_code == 400 and f"serve {served} models" in r.json()["error"]["message"]

@@ -264,7 +264,7 @@ def http(shared_models, serve_mode):
     cfg = parse_config({"server": {"max_candidate_labels": 5}, "models": [
         {"name": "nli", "kind": "zeroshot", "path": str(shared_models / "tiny-nli"), "replicas": 1},
         {"name": "r1", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"), "replicas": 1}]})
-    with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+    with ServerThread(cfg, mode=serve_mode) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         yield c
 
 

@@ -34,7 +34,7 @@ def server(shared_models, serve_mode):
         {"name": "nli", "kind": "zeroshot", "path": str(s / "tiny-nli"), "replicas": 1},
         {"name": "t", "kind": "tensor", "path": str(s / "tensor-models" / "add_one"), "replicas": 1,
          "max_batch_size": 8}]})
-    with ServerThread(cfg) as srv:
+    with ServerThread(cfg, mode=serve_mode) as srv:
         yield srv
 
 

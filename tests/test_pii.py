@@ -364,7 +364,7 @@ def pii_server(shared_models, serve_mode):
     cfg = parse_config({"server": {"pii_hash_salt": "server-salt"}, "models": [
         {"name": "pii", "kind": "pii", "path": str(shared_models / "rampart-pii"), "replicas": 1},
         {"name": "r1", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"), "replicas": 1}]})
-    with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=60) as client:
+    with ServerThread(cfg, mode=serve_mode) as srv, httpx.Client(base_url=srv.url, timeout=60) as client:
         yield client
 
 

@@ -32,7 +32,7 @@ def server(shared_models, serve_mode):
         {"name": "mini", "kind": "embedding", "path": str(shared_models / "all-minilm-l6-v2"), "replicas": 1},
         {"name": "rr", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"), "replicas": 1},
         {"name": "nli", "kind": "zeroshot", "path": str(shared_models / "tiny-nli"), "replicas": 1}]})
-    with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+    with ServerThread(cfg, mode=serve_mode) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         yield c
 
 
@@ -87,10 +87,10 @@ def test_texts_over_max_text_chars_are_413_naming_the_limit(server, route, body,
     assert "(max_text_chars)" in r.json()["error"]["message"]
 
 
-def test_default_limit_refuses_a_2mb_text_at_once(shared_models):
+def test_default_limit_refuses_a_2mb_text_at_once(shared_models, serve_mode):
     cfg = parse_config({"models": [{"name": "pii", "kind": "pii", "path": str(shared_models / "rampart-pii"),
                                     "replicas": 1}]})
-    with ServerThread(cfg) as srv:
+    with ServerThread(cfg, mode=serve_mode) as srv:
         r = httpx.post(srv.url + "/pii/redact", json={"text": "word " * 400_000}, timeout=30)
         assert r.status_code == 413 and "at most 1000000 per text" in r.json()["error"]["message"]
 

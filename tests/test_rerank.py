@@ -228,7 +228,7 @@ def rerank_server(shared_models, serve_mode):
          "default": True},
         {"name": "r2", "kind": "rerank", "path": str(shared_models / "tiny-reranker-2"), "replicas": 1},
         {"name": "mini", "kind": "embedding", "path": str(shared_models / "all-minilm-l6-v2"), "replicas": 1}]})
-    with ServerThread(cfg) as srv:
+    with ServerThread(cfg, mode=serve_mode) as srv:
         yield srv
 
 

@@ -6,6 +6,7 @@ throughout; the folder contract (model_inference.textproto) and backend detectio
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -137,11 +138,11 @@ def models(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def server(models):
+def server(models, serve_mode):
     cfg = parse_config({"server": {"request_timeout_ms": 3000, "grpc_bind": None}, "models": [
         {"name": name, "kind": "tensor", "path": str(path), **({"backend": "cpp"} if name == "cppadd" else {})}
         for name, path in models.items()]})
-    with ServerThread(cfg, grpc=True) as srv:
+    with ServerThread(cfg, grpc=True, mode=serve_mode) as srv:
         yield srv
 
 
@@ -213,13 +214,14 @@ class TestFailures:
     @pytest.mark.parametrize("name, says", [
         ("crash", "killed by signal SIGSEGV"), ("exit3", "exited with status 3"),
         ("noframe", "without writing its output frame"), ("badframe", "malformed output frame"),
-        ("shape", "shape [1, 3] disagrees with the declared output 'OUTPUT0' [2, 4]"),
-        ("dtype", "dtype float64 disagrees"), ("short", "holds 28 bytes; float32 [2, 4] needs 32")])
+        ("shape", r"shape \[1, 3\] disagrees with the declared output 'OUTPUT0' \[[12], 4\]"),
+        ("dtype", "dtype float64 disagrees"), ("short", r"holds \d+ bytes; float32 \[[12], 4\] needs (16|32)")])
     def test_a_failing_model_fails_only_its_request(self, http, name, says):
+        # (the engine of the workers split may run the request's two rows as two forwards: [1, 4] each)
         r = infer(http, name, list(range(8)), [2, 4])
         assert r.status_code == 500, r.text
         message = r.json()["error"]
-        assert says in message and f"model '{name}'" in message
+        assert re.search(says, message) and f"model '{name}'" in message
         assert "never sent to clients" not in r.text and "/tmp" not in message
         still_serving(http)
 
@@ -352,7 +354,7 @@ def numpy_venv(d: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def long_server(tmp_path_factory):
+def long_server(tmp_path_factory, serve_mode):
     root = tmp_path_factory.mktemp("long")
     d = python_model(root, "long", LONG, LONG_CONTRACT)
     numpy_venv(d)
@@ -360,7 +362,7 @@ def long_server(tmp_path_factory):
     cfg = parse_config({"server": {"request_timeout_ms": 3000}, "models": [
         {"name": "long", "kind": "tensor", "path": str(d), "replicas": 2},
         {"name": "double", "kind": "tensor", "path": str(good)}]})
-    with ServerThread(cfg, grpc=True) as srv:
+    with ServerThread(cfg, grpc=True, mode=serve_mode) as srv:
         yield srv
 
 
@@ -584,7 +586,7 @@ def test_long_lived_three_ways(long_server):
     three_ways(long_server.url, long_server.grpc_url, "long", x, x * 2)
 
 
-def test_a_model_that_takes_no_input(tmp_path):
+def test_a_model_that_takes_no_input(tmp_path, serve_mode):
     """nereid: "a model may consume no tensor input": nothing on stdin, no NEREID_INPUT_* in the environment; a
     request with no inputs is served over KServe REST and /infer, while a model with inputs still says which are
     missing."""
@@ -597,7 +599,7 @@ def test_a_model_that_takes_no_input(tmp_path):
     double = python_model(tmp_path, "double", DOUBLE)
     cfg = parse_config({"models": [{"name": "const", "kind": "tensor", "path": str(const)},
                                    {"name": "double", "kind": "tensor", "path": str(double)}]})
-    with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+    with ServerThread(cfg, mode=serve_mode) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
         r = c.post("/v2/models/const/infer", json={"inputs": []})
         assert r.status_code == 200, r.text
         assert r.json()["outputs"][0]["data"] == [3.0, 4.0]

@@ -56,7 +56,7 @@ def direct_registry(shared_models) -> Registry:
 
 @pytest.fixture(scope="module")
 def server(shared_models, registry, serve_mode):
-    with ServerThread(make_config(shared_models), registry) as srv:
+    with ServerThread(make_config(shared_models), registry, mode=serve_mode) as srv:
         yield srv
 
 
@@ -176,8 +176,8 @@ class TestErrors:
         assert_error(client.post("/v1/embeddings", json={"model": "gpt", "input": "a"}), 404, "model_not_found",
                      "model", "model 'gpt' not found")
 
-    def test_max_texts_is_configurable(self, shared_models, registry):
-        with ServerThread(make_config(shared_models, max_texts=2), registry) as srv, \
+    def test_max_texts_is_configurable(self, shared_models, registry, serve_mode):
+        with ServerThread(make_config(shared_models, max_texts=2), registry, mode=serve_mode) as srv, \
                 httpx.Client(base_url=srv.url) as c:
             assert c.post("/v1/embeddings", json={"input": ["a", "b"]}).status_code == 200
             assert_error(c.post("/v1/embeddings", json={"input": ["a"] * 3}), 413, "invalid_request_error",
@@ -196,14 +196,14 @@ class TestErrors:
 
 
 class TestLimits:
-    def test_body_cap_413_before_parsing(self, shared_models, registry):
-        with ServerThread(make_config(shared_models, max_body_mb=0.001), registry) as srv, \
+    def test_body_cap_413_before_parsing(self, shared_models, registry, serve_mode):
+        with ServerThread(make_config(shared_models, max_body_mb=0.001), registry, mode=serve_mode) as srv, \
                 httpx.Client(base_url=srv.url) as c:
             r = c.post("/v1/embeddings", content=b"x" * 5000)  # not even JSON: refused on its length
             assert_error(r, 413, "invalid_request_error")
 
-    def test_request_timeout_408(self, shared_models, registry):
-        with ServerThread(make_config(shared_models, request_timeout_ms=50), registry) as srv, \
+    def test_request_timeout_408(self, shared_models, registry, serve_mode):
+        with ServerThread(make_config(shared_models, request_timeout_ms=50), registry, mode=serve_mode) as srv, \
                 httpx.Client(base_url=srv.url) as c:
             batcher = srv.schedulers["mini"]
             slow = batcher.forward
@@ -241,8 +241,9 @@ class TestLimits:
             time.sleep(0.01)
         return threads
 
-    def test_direct_path_saturated_429_and_queue_timeout_503(self, shared_models, direct_registry):
-        with ServerThread(make_config(shared_models, batching=False, max_queue=0), direct_registry) as srv:
+    def test_direct_path_saturated_429_and_queue_timeout_503(self, shared_models, direct_registry, serve_mode):
+        with ServerThread(make_config(shared_models, batching=False, max_queue=0), direct_registry,
+                          mode=serve_mode) as srv:
             release = threading.Event()
             threads = self._hold_both_replicas(srv, release)
             try:
@@ -254,7 +255,7 @@ class TestLimits:
                 for t in threads:
                     t.join(30)
         config = make_config(shared_models, batching=False, max_queue=4, queue_timeout_ms=100)
-        with ServerThread(config, direct_registry) as srv:
+        with ServerThread(config, direct_registry, mode=serve_mode) as srv:
             release = threading.Event()
             threads = self._hold_both_replicas(srv, release)
             try:
@@ -267,8 +268,8 @@ class TestLimits:
 
 
 class TestAuth:
-    def test_keys_required_except_health(self, shared_models, registry):
-        with ServerThread(make_config(shared_models, api_keys=["k1", "k2"]), registry) as srv, \
+    def test_keys_required_except_health(self, shared_models, registry, serve_mode):
+        with ServerThread(make_config(shared_models, api_keys=["k1", "k2"]), registry, mode=serve_mode) as srv, \
                 httpx.Client(base_url=srv.url) as c:
             assert c.get("/health").status_code == 200
             assert_error(c.post("/v1/embeddings", json={"input": "a"}), 401, "authentication_error")
@@ -378,10 +379,10 @@ class TestServeProcess:
 
 
 @pytest.mark.shared
-def test_public_answers_hold_no_local_paths_or_banner(shared_models):
+def test_public_answers_hold_no_local_paths_or_banner(shared_models, serve_mode):
     cfg = parse_config({"server": {"api_keys": ["k"]}, "models": [
         {"name": "mini", "kind": "embedding", "path": str(shared_models / "all-minilm-l6-v2"), "replicas": 1}]})
-    with ServerThread(cfg) as srv:
+    with ServerThread(cfg, mode=serve_mode) as srv:
         r = httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer k"})
         assert str(shared_models) not in r.text and r.json()["data"][0]["source"] == "path:all-minilm-l6-v2"
         assert r.headers["server"] == "rsinfer"  # no Python/aiohttp versions

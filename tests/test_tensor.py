@@ -93,7 +93,7 @@ def server(shared_models, models, serve_mode):
     ]
     entries += [{"name": f"ident_{dt.lower()}", "kind": "tensor", "path": str(p), "max_batch_size": 4,
                  "replicas": 1} for dt, p in models.items() if dt in TRITON]
-    with ServerThread(parse_config({"models": entries}), grpc=True) as srv:
+    with ServerThread(parse_config({"models": entries}), grpc=True, mode=serve_mode) as srv:
         yield srv
 
 
@@ -342,7 +342,7 @@ def test_inferstack_routes(server):
     assert listed["adder"]["versions"][1]["inputs"] == [{"name": "INPUT0", "shape": [-1, 4], "dtype": "float32"}]
 
 
-def test_api_key_on_grpc_and_kserve_http(shared_models):
+def test_api_key_on_grpc_and_kserve_http(shared_models, serve_mode):
     import grpc
     import tritonclient.grpc as tg
     from tritonclient.utils import InferenceServerException
@@ -350,7 +350,7 @@ def test_api_key_on_grpc_and_kserve_http(shared_models):
     cfg = parse_config({"server": {"api_keys": ["k1"]}, "models": [
         {"name": "add_one", "kind": "tensor", "path": str(shared_models / "tensor-models" / "add_one"),
          "replicas": 1}]})
-    with ServerThread(cfg, grpc=True) as srv:
+    with ServerThread(cfg, grpc=True, mode=serve_mode) as srv:
         client = tg.InferenceServerClient(srv.grpc_url)
         assert client.is_server_live()  # health is open, like /health
         with pytest.raises(InferenceServerException) as info:
@@ -410,7 +410,7 @@ class TestInputRules:
     row cache)."""
 
     @pytest.fixture
-    def served(self, tmp_path):
+    def served(self, tmp_path, serve_mode):
         import synth
 
         add = synth.add_graph(tmp_path / "add" / "model.onnx", value=0.0, width=4).parent
@@ -420,7 +420,7 @@ class TestInputRules:
             {"name": "narrow", "kind": "tensor", "path": str(add), "max_batch_size": 8, "max_elements": 3},
             {"name": "minmax", "kind": "tensor", "path": str(add), "max_batch_size": 8,
              "normalize_input": "minmax"}]})
-        with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        with ServerThread(cfg, mode=serve_mode) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
             yield c
 
     def test_bounds_are_checked_per_row(self, served):
