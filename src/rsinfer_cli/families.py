@@ -185,6 +185,9 @@ register(_builtin("rerank", "cross-encoder reranking and scoring (Cohere, Jina, 
 register(_builtin("zeroshot", "zero-shot and true/false classification over NLI", "ZeroShotPipeline",
                   ["classify"],
                   "ZeroShotOptions", _is_zeroshot, 20, "classifier"))
+register(_builtin("classifier", "text classification: sentiment, intent, toxicity (TEI, infinity)",
+                  "ClassifierPipeline", ["predict"], "ClassifierOptions",
+                  "rsinfer_cli.pipelines.classifier:recognise", 25, "classifier"))
 register(_builtin("pii", "PII detection and redaction", "PiiPipeline", ["redact", "detect"],
                   "PiiOptions", _is_pii, 10, "classifier"))
 register(Family(kind="tensor", summary="any ONNX graph as named tensors (KServe v2 REST and gRPC, /infer, /batch)",
