@@ -62,7 +62,7 @@ class ServerThread:
     def __init__(self, config: Config, registry: Registry | None = None, grpc: bool = False,
                  mode: str = "single") -> None:
         from rsinfer_cli.server.app import create_app
-        from rsinfer_cli.server.state import STATE
+        from rsinfer_cli.server.routes.common import STATE
 
         self.mode = mode
         self.registry = registry or Registry.load(config)

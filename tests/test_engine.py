@@ -320,7 +320,7 @@ class TestRegistry:
         cfg = parse_config({"server": {"max_queue": 7, "queue_timeout_ms": 1500},
                             "models": [{"name": "m", "kind": "embedding", "path": str(root), "replicas": 2}]})
         app = create_app(cfg, Registry.load(cfg))
-        from rsinfer_cli.server.state import STATE
+        from rsinfer_cli.server.routes.common import STATE
 
         s = app[STATE].schedulers["m"]
         assert (s.replicas, s.max_queue, s.queue_timeout_s) == (2, 7, 1.5)

@@ -21,14 +21,16 @@ from ..engine.scheduler import REQUEST_STATS, ModelQueue, Scheduler
 from ..engine.threads import CpuBudget
 from ..errors import ConfigError
 from ..pipelines import build_pipeline
+from ..pipelines.infer import BODY_BYTES, CACHE_STATUS
 from .errors import RateLimited, RequestTimeout, Unauthorized, response_for, status_for
 from .logs import REQUEST_ID, request_id
 from .metrics import Metrics, QueueCollector
 from .ratelimit import HEADERS as LIMIT_HEADERS
 from .ratelimit import Limit, RateLimiter
 from .routes import hf, ops
+from .routes.common import STATE
 from .schemas import all_ops
-from .state import BODY_BYTES, CACHE_STATUS, STATE, ServerState
+from .state import ServerState
 
 access_log = logging.getLogger("rsinfer.access")
 log = logging.getLogger("rsinfer.server")
@@ -205,6 +207,7 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
         from ..engine.cache import MemoryCache, open_cache
 
         state.cache = open_cache(config.server.cache, metrics)
+        state.connect()
         cache = state.cache
         metrics.with_cache((lambda: float(cache.bytes)) if isinstance(cache, MemoryCache) else None)
         for key, m in registry.models.items():  # the graph digests of the cache keys: hashed now, not by the

@@ -15,7 +15,7 @@ from ..engine.registry import Registry
 from ..engine.threads import limit_tokenizer_threads, usable_cpus
 from ..errors import ConfigError
 from .app import check_served, create_app
-from .state import STATE
+from .routes.common import STATE
 from .systemd import Notifier
 
 log = logging.getLogger("rsinfer.server")

@@ -156,7 +156,7 @@ def frontend_app(config: Config, clients: Sequence[EngineClient], models: dict[s
     """The daemon's app over models whose forwards run in engine processes; `unready` adds the supervisor's view
     (every front end up) to the engines' own."""
     from ..server.app import create_app
-    from ..server.state import STATE
+    from ..server.routes.common import STATE
 
     registry = Registry({k: m for k, (m, _) in models.items()}, {m.name: m for m in config.models})
     queues: dict[str, ModelQueue] = {key: RemoteQueue(client, key) for key, (_, client) in models.items()}

@@ -16,11 +16,12 @@ from ...errors import InputError
 from ...jsonio import dumps
 from ...pipelines.base import RowPipeline, Work
 from ..errors import RequestValidationError
-from ..state import STATE, ServerState
+from ..state import ServerState
 
 P = TypeVar("P", bound=RowPipeline)
 Q = TypeVar("Q", bound=msgspec.Struct)
 R = TypeVar("R")
+STATE = web.AppKey("state", ServerState)   # the app's ServerState
 _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 _AT = re.compile(r"^(?P<text>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 

@@ -13,8 +13,7 @@ from aiohttp import web
 from ... import families
 from ...errors import InputError
 from ..schemas import HfRequest
-from ..state import STATE
-from .common import Call, decode
+from .common import STATE, Call, decode
 
 routes = web.RouteTableDef()
 

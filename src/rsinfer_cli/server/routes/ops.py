@@ -9,7 +9,7 @@ from aiohttp import web
 
 from ... import families
 from ...jsonio import dumps
-from ..state import STATE
+from .common import STATE
 
 routes = web.RouteTableDef()
 

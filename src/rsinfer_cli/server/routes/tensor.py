@@ -15,8 +15,8 @@ from ...errors import InputError, ModelNotFound
 from ...pipelines.tensor import TensorPipeline, TensorResult, datatype_of, kserve_shape, platform, tensor_metadata
 from ..kserve import codec
 from ..schemas import Model, Op, Request, Response
-from ..state import STATE, ServerState
-from .common import decode, json_response
+from ..state import ServerState
+from .common import STATE, decode, json_response
 
 # ---------------------------------------------------------------- request and response bodies
 

@@ -1,0 +1,156 @@
+"""The transport-free inference core (what TEI's `core::Infer` is): a request's plan → its answer, for every front
+that serves requests - the HTTP routes, KServe gRPC and the front end of the worker split. It owns the row-cache
+lookup, the path choice (the whole request on a free replica now, or tokenized and queued to batch with others), the
+timing record of the request (tokenize, queue, inference, post-processing: `REQUEST_STATS` and the pipeline's
+`Timing`) and what the metrics hear of it. Cancellation is the scheduler's: a caller that goes away (its task
+cancelled) takes its queued rows with it. Nothing here knows HTTP or gRPC; the one-shot CLI runs the same rows through
+`RowPipeline.run` on one replica."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any, Protocol, TypeVar
+
+from ..engine.cache import Cache
+from ..engine.model import LoadedModel
+from ..engine.scheduler import REQUEST_STATS, ModelQueue, Runner, as_is
+from .base import Cached, RowPipeline, Timing, Work
+
+R = TypeVar("R")
+# how the request's rows came out of the row cache (hit | partial | miss): the HTTP front's `x-rsinfer-cache` header
+CACHE_STATUS: contextvars.ContextVar[str | None] = contextvars.ContextVar("rsinfer_cache_status", default=None)
+# the request body's size, when the front knows it: a front-end process tokenizes and post-processes a request this
+# small on its event loop, where a thread hop would cost more than the work
+BODY_BYTES: contextvars.ContextVar[int | None] = contextvars.ContextVar("rsinfer_body_bytes", default=None)
+INLINE_BYTES = 4096
+
+
+class Observer(Protocol):
+    """What the metrics hear of each request (server/metrics.Metrics)."""
+
+    def observe_request(self, model: str, version: str, timing: Timing) -> None: ...
+
+    def cache_lookup(self, model: str, hits: int, misses: int) -> None: ...
+
+
+class Inference:
+    """Every served model's way from a plan (`pipeline.plan_*`: tokenizing, → `Work`) to the answer."""
+
+    def __init__(self, pipelines: dict[str, RowPipeline], queues: dict[str, ModelQueue], prep: Executor,
+                 observer: Observer, cache: Cache | None = None, min_inference_ms: float = 0.0,
+                 inline_prep: bool = False) -> None:
+        self.pipelines = pipelines
+        self.queues = queues
+        self.prep = prep                 # tokenizing and answers of batched requests
+        self.observer = observer
+        self.cache = cache
+        self.min_inference_ms = min_inference_ms   # cache a request's rows only if their forwards took this long
+        # a front-end process (server.workers > 1): the forwards run elsewhere, so a small request is tokenized and
+        # answered here (BODY_BYTES), a large one on the prep pool, never holding the loop for long
+        self.inline_prep = inline_prep
+
+    async def infer(self, model: LoadedModel, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
+        """plan(*args, **kwargs) → Work, its rows run, its answer built. When a replica is free (or batching is off):
+        all of it in one thread hop on that replica - there is nothing to batch with. Else tokenized on the prep
+        pool, then the rows join the model's batching queue, and the worker that runs the request's last forward
+        builds the answer (two hops)."""
+        pipe = self.pipelines[model.key]
+        queue = self.queues[model.key]
+        stats = REQUEST_STATS.get()
+        if stats is not None:
+            stats["model"] = model.key
+            plan = _stamped(plan, stats)
+        if self.cache is not None and model.config.cache:
+            return await self._cached(model, pipe, queue, plan, args, kwargs)
+        if self.inline_prep:
+            body = BODY_BYTES.get()
+            loop = asyncio.get_running_loop()
+            if body is not None and body <= INLINE_BYTES:
+                work = plan(*args, **kwargs)
+                result: R = _finish(work, await queue.submit(work.rows, work.costs, as_is), stats)
+            else:
+                work = await loop.run_in_executor(self.prep, functools.partial(plan, *args, **kwargs))
+                outputs = await queue.submit(work.rows, work.costs, as_is)
+                result = await loop.run_in_executor(self.prep, _finish, work, outputs, stats)
+        elif queue.batching and not queue.free:
+            loop = asyncio.get_running_loop()
+            work = await loop.run_in_executor(self.prep, functools.partial(plan, *args, **kwargs))
+            result = await queue.submit(work.rows, work.costs, functools.partial(_finish, work, stats=stats))
+        else:
+            planned: list[Work[R]] = []
+
+            def whole(runner: Runner) -> R:
+                planned.append(plan(*args, **kwargs))
+                return pipe.run(planned[0], runner)
+
+            result = await queue.run(whole)
+            work = planned[0]
+        self._observed(model, work.timing, stats)
+        return result
+
+    async def _cached(self, model: LoadedModel, pipe: RowPipeline, queue: ModelQueue, plan: Callable[..., Work[R]],
+                      args: Any, kwargs: Any) -> R:
+        """Rows already in the cache are not run again: the missing ones go through the scheduler like any other
+        rows (batched with other requests'), and the answer is built from all of them in the request's order."""
+        assert self.cache is not None
+        cache = self.cache
+        loop = asyncio.get_running_loop()
+        stats = REQUEST_STATS.get()
+
+        def keyed() -> tuple[Work[R], list[bytes]]:
+            work = plan(*args, **kwargs)
+            return work, pipe.row_keys(work)
+
+        work, keys = await loop.run_in_executor(self.prep, keyed)
+        split = Cached(work, await cache.aget_many(keys), keys)
+        CACHE_STATUS.set(split.status)
+        self.observer.cache_lookup(model.name, len(work.rows) - split.misses, split.misses)
+        if not split.missing:
+            result: R = await loop.run_in_executor(self.prep, _finish, work, split.outputs, stats)
+        else:
+            def finish(outs: list[Any]) -> tuple[list[Any], R]:
+                return outs, _finish(work, split.merge(outs), stats)
+
+            t0 = time.perf_counter()
+            outs, result = await queue.submit(split.rows, split.costs, finish)
+            if (time.perf_counter() - t0) * 1000 >= self.min_inference_ms:  # only what was worth computing
+                await cache.aset_many(split.entries(keys, outs))
+        self._observed(model, work.timing, stats)
+        return result
+
+    def _observed(self, model: LoadedModel, timing: Timing, stats: dict[str, Any] | None) -> None:
+        self.observer.observe_request(model.name, model.version or "", timing)
+        if stats is not None:
+            stats["rows"] = stats.get("rows", 0) + timing.rows
+
+    def queue_stats(self, models: dict[str, LoadedModel]) -> list[tuple[str, str, int, int, int]]:
+        """(model, version, requests waiting, rows queued, forwards running)."""
+        return [(models[key].name, models[key].version or "", q.waiting, q.queued_rows, q.running)
+                for key, q in self.queues.items()]
+
+
+def _finish(work: Work[R], outputs: list[Any], stats: dict[str, Any] | None = None) -> R:
+    """The answer from the rows' outputs, its post-processing time in the request's timing record."""
+    t0 = time.perf_counter()
+    try:
+        return work.finish(outputs)
+    finally:
+        if stats is not None:
+            stats["postprocess_ms"] = stats.get("postprocess_ms", 0.0) + (time.perf_counter() - t0) * 1000
+
+
+def _stamped(plan: Callable[..., Work[R]], stats: dict[str, Any]) -> Callable[..., Work[R]]:
+    """`plan` (tokenizing, on whichever thread) recording its perf_counter start and end for traces."""
+    def timed(*args: Any, **kwargs: Any) -> Work[R]:
+        t0 = time.perf_counter()
+        try:
+            return plan(*args, **kwargs)
+        finally:
+            stats["t_tokenize"] = (t0, time.perf_counter())
+
+    return timed
