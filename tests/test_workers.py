@@ -54,6 +54,22 @@ def test_messages_round_trip_arrays_without_pickle():
         ipc.encode({"x": object()})
 
 
+def test_messages_are_tagged_structs_and_a_stray_one_is_refused():
+    out = np.arange(8, dtype=np.float32).reshape(2, 4)
+    rows = ipc.decode([bytes(f) for f in ipc.encode(ipc.Rows(id=3, key="m", rows=[([1, 2], None)], costs=[2]))],
+                      ipc.ToEngine)
+    assert isinstance(rows, ipc.Rows) and (rows.id, rows.key, rows.rows, rows.costs) == (3, "m", [[[1, 2], None]], [2])
+    back = ipc.decode(list(ipc.encode(ipc.Outputs(id=3, outputs=[out]))), ipc.ToFrontEnd)
+    assert isinstance(back, ipc.Outputs)
+    np.testing.assert_array_equal(back.outputs[0], out)
+    import msgspec
+
+    with pytest.raises(msgspec.ValidationError, match="Invalid value 'reboot'"):   # no such operation
+        ipc.decode([msgspec.msgpack.encode({"op": "reboot", "id": 1})], ipc.ToEngine)
+    with pytest.raises(msgspec.ValidationError):       # a reply where the engine expects a request
+        ipc.decode(list(ipc.encode(ipc.Outputs(id=1, outputs=[]))), ipc.ToEngine)
+
+
 def test_channel_frames_survive_any_split_and_one_write_per_loop_iteration():
     class Transport:
         def __init__(self) -> None:
@@ -184,6 +200,7 @@ def test_every_route_answers_as_one_process_does(shared_models, tmp_path):
               f"  - {{name: rr, kind: rerank, path: '{shared_models / 'tiny-reranker-1'}', replicas: 1}}\n"
               f"  - {{name: nli, kind: zeroshot, path: '{shared_models / 'tiny-nli'}', replicas: 1}}\n"
               f"  - {{name: pii, kind: pii, path: '{shared_models / 'rampart-pii'}', replicas: 1}}\n"
+              f"  - {{name: cls, kind: classifier, path: '{shared_models / 'tiny-textcls'}', replicas: 1}}\n"
               f"  - {{name: add, kind: tensor, path: '{shared_models / 'tensor-models' / 'add_one'}', replicas: 1}}\n")
     cfg = write_config(tmp_path, shared_models, port, f"grpc_bind: '127.0.0.1:{grpc_port}'", models)
     texts = ["Call Jane Doe at jane@example.com about the refund.", "The weather in Paris is mild."]

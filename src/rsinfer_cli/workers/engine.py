@@ -101,7 +101,7 @@ class EngineServer:
             self.executor.shutdown(wait=True)
 
     def _connected(self) -> ipc.Channel:
-        channel = ipc.Channel(self._handle, self._lost)
+        channel = ipc.Channel(self._handle, self._lost, ipc.ToEngine)
         self._channels.add(channel)
         return channel
 
@@ -112,37 +112,35 @@ class EngineServer:
             if owner is channel:
                 task.cancel()
 
-    def _handle(self, channel: ipc.Channel, msg: Any) -> None:
-        op = msg.get("op") if isinstance(msg, dict) else None
-        if op == "rows":
-            key = (channel, msg["id"])
-            task = asyncio.ensure_future(self._rows(channel, msg))
-            self._tasks[key] = task
-            task.add_done_callback(lambda _t: self._tasks.pop(key, None))
-        elif op == "cancel":
-            task = self._tasks.pop((channel, msg["id"]), None)
-            if task is not None:
-                task.cancel()
-        elif op == "stats":
-            stats = [[k, s.waiting, s.queued_rows, s.running] for k, s in self.schedulers.items()]
-            channel.send({"id": msg["id"], "stats": stats})
-        elif op == "hello":
-            channel.send({"id": msg.get("id", 0), "catalog": self.catalog()})
-        else:
-            log.error("engine: unknown operation %r", op)
+    def _handle(self, channel: ipc.Channel, msg: ipc.ToEngine) -> None:
+        match msg:
+            case ipc.Rows():
+                key = (channel, msg.id)
+                task = asyncio.ensure_future(self._rows(channel, msg))
+                self._tasks[key] = task
+                task.add_done_callback(lambda _t: self._tasks.pop(key, None))
+            case ipc.Cancel():
+                task = self._tasks.pop((channel, msg.id), None)
+                if task is not None:
+                    task.cancel()
+            case ipc.Stats():
+                stats = [[k, s.waiting, s.queued_rows, s.running] for k, s in self.schedulers.items()]
+                channel.send(ipc.QueueStats(id=msg.id, stats=stats))
+            case ipc.Hello():
+                channel.send(ipc.Catalog(id=msg.id, catalog=self.catalog()))
 
-    async def _rows(self, channel: ipc.Channel, msg: dict[str, Any]) -> None:
-        rid = msg["id"]
+    async def _rows(self, channel: ipc.Channel, msg: ipc.Rows) -> None:
+        reply: ipc.ToFrontEnd
         try:
-            scheduler = self.schedulers[msg["key"]]
+            scheduler = self.schedulers[msg.key]
             source = id(channel)
-            outputs = await scheduler.submit([(source, r) for r in msg["rows"]], msg["costs"], as_is)
-            reply: dict[str, Any] = {"id": rid, "outputs": outputs}
+            outputs = await scheduler.submit([(source, r) for r in msg.rows], msg.costs, as_is)
+            reply = ipc.Outputs(id=msg.id, outputs=outputs)
         except asyncio.CancelledError:
             return  # the front end no longer waits for it
         except Exception as exc:  # noqa: BLE001 - handed back to the front end that asked
-            reply = {"id": rid, "error": ipc.error_to_wire(exc)}
+            reply = ipc.Failed(id=msg.id, error=ipc.error_to_wire(exc))
         try:
             channel.send(reply)
         except TypeError as exc:   # an output the wire cannot carry: the request's error, not the engine's
-            channel.send({"id": rid, "error": ipc.error_to_wire(exc)})
+            channel.send(ipc.Failed(id=msg.id, error=ipc.error_to_wire(exc)))

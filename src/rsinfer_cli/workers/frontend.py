@@ -36,21 +36,24 @@ class EngineClient:
         self.path = path
         self.gone: str | None = None              # why the engine cannot answer any more
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._pending: dict[int, asyncio.Future[ipc.ToFrontEnd]] = {}
         self._channel: ipc.Channel | None = None
 
     async def connect(self, timeout_s: float = 60.0) -> list[LoadedModel]:
         """Connect and fetch the engine's catalog (the models it loaded, without their sessions)."""
         loop = asyncio.get_running_loop()
-        _, channel = await asyncio.wait_for(
-            loop.create_unix_connection(lambda: ipc.Channel(self._reply, self._lost), self.path), timeout_s)
+        def channel_() -> ipc.Channel:
+            return ipc.Channel(self._reply, self._lost, ipc.ToFrontEnd)
+
+        _, channel = await asyncio.wait_for(loop.create_unix_connection(channel_, self.path), timeout_s)
         self._channel = channel
-        reply = await asyncio.wait_for(self._ask({"op": "hello"}), timeout_s)
-        models: list[LoadedModel] = pickle.loads(reply["catalog"])  # noqa: S301 - our own engine, at start-up only
+        reply = await asyncio.wait_for(self._ask(ipc.Hello()), timeout_s)
+        assert isinstance(reply, ipc.Catalog), reply
+        models: list[LoadedModel] = pickle.loads(reply.catalog)  # noqa: S301 - our own engine, at start-up only
         return models
 
-    def _reply(self, _channel: ipc.Channel, msg: Any) -> None:
-        fut = self._pending.get(msg.get("id")) if isinstance(msg, dict) else None
+    def _reply(self, _channel: ipc.Channel, msg: ipc.ToFrontEnd) -> None:
+        fut = self._pending.get(msg.id)
         if fut is not None and not fut.done():
             fut.set_result(msg)
 
@@ -65,37 +68,37 @@ class EngineClient:
             if not fut.done():
                 fut.set_exception(EngineUnavailable(f"{self.gone}; retry on another replica"))
 
-    async def _ask(self, msg: dict[str, Any]) -> dict[str, Any]:
+    async def _ask(self, msg: ipc.ToEngine) -> ipc.ToFrontEnd:
         if self.gone is not None:
             raise EngineUnavailable(f"{self.gone}; retry on another replica")
         channel = self._channel
         if channel is None:
             raise EngineUnavailable("the front end is stopping; retry on another replica")
-        rid = msg["id"] = next(self._ids)
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        rid = msg.id = next(self._ids)
+        fut: asyncio.Future[ipc.ToFrontEnd] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         try:
             channel.send(msg)
             reply = await fut
         except asyncio.CancelledError:
-            if msg["op"] == "rows" and self.gone is None:  # nobody waits: the engine drops its rows
-                channel.send({"op": "cancel", "id": rid})
+            if isinstance(msg, ipc.Rows) and self.gone is None:  # nobody waits: the engine drops its rows
+                channel.send(ipc.Cancel(id=rid))
             raise
         finally:
             self._pending.pop(rid, None)
-        if "error" in reply:
-            raise ipc.error_from_wire(reply["error"])
+        if isinstance(reply, ipc.Failed):
+            raise ipc.error_from_wire(reply.error)
         return reply
 
     async def rows(self, key: str, rows: Sequence[Any], costs: Sequence[int]) -> list[Any]:
-        reply = await self._ask({"op": "rows", "key": key, "rows": list(rows), "costs": list(costs)})
-        outputs: list[Any] = reply["outputs"]
-        return outputs
+        reply = await self._ask(ipc.Rows(key=key, rows=list(rows), costs=list(costs)))
+        assert isinstance(reply, ipc.Outputs), reply
+        return reply.outputs
 
     async def stats(self) -> list[list[Any]]:
-        reply = await self._ask({"op": "stats"})
-        stats: list[list[Any]] = reply["stats"]
-        return stats
+        reply = await self._ask(ipc.Stats())
+        assert isinstance(reply, ipc.QueueStats), reply
+        return reply.stats
 
     def close(self) -> None:
         channel, self._channel = self._channel, None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -64,22 +65,84 @@ def encode(message: Any) -> list[Frame]:
     return frames
 
 
-def decode(frames: Sequence[Frame]) -> Any:
-    """frames → the message; arrays are read-only views of the received frames (no copy)."""
+_local = threading.local()   # the frames of the message being decoded (an engine thread and a front end may share
+                             # a process: the tests run them so)
 
-    def hook(code: int, data: memoryview) -> Any:
-        if code == ARRAY:
-            dtype, shape, index, raw = _meta_dec.decode(data)
-            buf = frames[index] if index >= 0 else raw
-            return np.frombuffer(buf, dtype=np.dtype(dtype)).reshape(shape)
-        if code == OBJECTS:
-            shape, items = _meta_dec.decode(data)
-            out = np.empty(len(items), dtype=object)
-            out[:] = items
-            return out.reshape(shape)
-        raise ValueError(f"unknown extension {code}")
 
-    return msgspec.msgpack.decode(frames[0], ext_hook=hook)
+def _ext(code: int, data: memoryview) -> Any:
+    if code == ARRAY:
+        dtype, shape, index, raw = _meta_dec.decode(data)
+        buf = _local.frames[index] if index >= 0 else raw
+        return np.frombuffer(buf, dtype=np.dtype(dtype)).reshape(shape)
+    if code == OBJECTS:
+        shape, items = _meta_dec.decode(data)
+        out = np.empty(len(items), dtype=object)
+        out[:] = items
+        return out.reshape(shape)
+    raise ValueError(f"unknown extension {code}")
+
+
+_DECODERS: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
+
+
+def decode(frames: Sequence[Frame], schema: Any = Any) -> Any:
+    """frames → the message, as `schema` (a Struct or union of Structs; Any: plain data); arrays are read-only
+    views of the received frames (no copy)."""
+    decoder = _DECODERS.get(schema)
+    if decoder is None:
+        decoder = _DECODERS[schema] = msgspec.msgpack.Decoder(schema, ext_hook=_ext)
+    _local.frames = frames
+    try:
+        return decoder.decode(frames[0])
+    finally:
+        _local.frames = None
+
+
+# ------------------------------------------------------------ the messages: tagged by `op`, decoded into their Struct
+
+
+class Message(msgspec.Struct, tag_field="op", kw_only=True):
+    id: int = 0                  # the request's number on its connection; a reply carries the same
+
+
+class Hello(Message, tag="hello"):
+    """front end → engine, once: what do you serve?"""
+
+
+class Rows(Message, tag="rows"):
+    """front end → engine: run these rows of model `key` (batched with everyone's)."""
+
+    key: str
+    rows: list[Any]
+    costs: list[int]
+
+
+class Cancel(Message, tag="cancel"):
+    """front end → engine: nobody waits for request `id` any more."""
+
+
+class Stats(Message, tag="stats"):
+    """front end → engine: the queues' numbers, for /metrics."""
+
+
+class Catalog(Message, tag="catalog"):
+    catalog: bytes               # the loaded models without their sessions (pickled: our own engine, at start-up)
+
+
+class Outputs(Message, tag="outputs"):
+    outputs: list[Any]           # one per row, in the rows' order
+
+
+class QueueStats(Message, tag="queue_stats"):
+    stats: list[list[Any]]       # [key, waiting, queued rows, running] per model
+
+
+class Failed(Message, tag="failed"):
+    error: dict[str, Any]        # error_to_wire()
+
+
+ToEngine = Hello | Rows | Cancel | Stats
+ToFrontEnd = Catalog | Outputs | QueueStats | Failed
 
 
 # ------------------------------------------------------------ errors
@@ -106,12 +169,13 @@ def error_from_wire(wire: dict[str, Any]) -> errors.RsinferError:
 
 
 class Channel(asyncio.Protocol):
-    """One connection between a front end and an engine; `on_message(channel, message)` for each message in,
-    `on_lost(channel)` once when it closes (the peer stopped, or died)."""
+    """One connection between a front end and an engine; `on_message(channel, message)` for each message in (decoded
+    as `receives`), `on_lost(channel)` once when it closes (the peer stopped, or died)."""
 
     def __init__(self, on_message: Callable[[Channel, Any], None],
-                 on_lost: Callable[[Channel], None] | None = None) -> None:
+                 on_lost: Callable[[Channel], None] | None = None, receives: Any = Any) -> None:
         self.on_message = on_message
+        self.receives = receives        # what the other side sends (ToEngine, ToFrontEnd; Any: plain data)
         self.on_lost = on_lost
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
@@ -163,7 +227,7 @@ class Channel(asyncio.Protocol):
                 at += size
             self._sizes, self._need = None, 4
             try:
-                message = decode(frames)
+                message = decode(frames, self.receives)
             except Exception as exc:  # noqa: BLE001 - framing stays in step; the message is reported and skipped
                 log.error("unreadable message between rsinfer processes: %r", exc)
                 continue
