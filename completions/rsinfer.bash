@@ -6,7 +6,7 @@ _rsinfer() {
     done
     case "$cmd" in
         "")
-            COMPREPLY=($(compgen -W "bench classify detect download embed inspect openapi redact rerank serve --version --help" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "bench classify detect download embed inspect openapi predict redact rerank serve --version --help" -- "$cur")); return ;;
         bench)
             case "$prev" in
                 --url) return ;;
@@ -28,7 +28,7 @@ _rsinfer() {
                 --hf) return ;;
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
-                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot pii tensor" -- "$cur")); return ;;
+                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii tensor" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--url --route --concurrency --requests --duration --texts-per-request --corpus --eps --batch-sizes --seq-lens --shape --warmup --repeats --model -m --config -c --path --hf --revision --dtype --kind --json --help -h" -- "$cur")) ;;
         classify)
@@ -102,7 +102,7 @@ _rsinfer() {
                 --subfolder) return ;;
                 --tokenizer-hf) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
-                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot pii tensor" -- "$cur")); return ;;
+                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii tensor" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --path --hf --revision --file --subfolder --tokenizer-hf --dtype --kind --json --help -h" -- "$cur")) ;;
         openapi)
@@ -111,6 +111,22 @@ _rsinfer() {
                 --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --output -o --help -h" -- "$cur")) ;;
+        predict)
+            case "$prev" in
+                --top-k) return ;;
+                --function) return ;;
+                --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --format) return ;;
+                --field) return ;;
+                --batch-size) return ;;
+                --model|-m) return ;;
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --hf) return ;;
+                --revision) return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--top-k --raw --function --input -i --format --field --table --batch-size --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --help -h" -- "$cur")) ;;
         redact)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;

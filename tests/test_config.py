@@ -100,7 +100,7 @@ def test_both_or_neither_source():
 
 
 def test_unknown_kind():
-    assert "models[0].kind: must be one of embedding, rerank, zeroshot, pii, tensor, got 'reranker' " \
+    assert "models[0].kind: must be one of embedding, rerank, zeroshot, classifier, pii, tensor, got 'reranker' " \
            "(did you mean 'rerank'?)" in parse_error({"models": [model(kind="reranker")]})
 
 

@@ -368,6 +368,9 @@ def _build_model(raw: Any, where: str, errs: _Errors) -> ModelConfig | None:
         return _build(ModelConfig, raw, where, errs)  # type: ignore[no-any-return]
     fams = _families()
     kind = raw.get("kind")
+    if isinstance(kind, str) and kind not in fams.kinds():
+        for why in fams.FAILED.values():     # the kind may be a plug-in's that did not load: say why
+            errs.add(f"{where}.kind", why)
     cls = fams.options_class(kind) if isinstance(kind, str) else None
     own = set(fams.option_fields(kind)) if cls is not None else set()
     common = {f.name for f in dataclasses.fields(ModelConfig) if not f.metadata.get("internal")}

@@ -1,0 +1,28 @@
+"""Raw logits of texts, one JSON line each (example plug-in)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rsinfer_cli.cli.common import CONFIG_OPT, FIELD_OPT, FORMAT_OPT, HF_OPT, INPUT_OPT, MODEL_OPT, PATH_OPT
+
+
+def logits_cmd(
+    texts: list[str] = typer.Argument(None, help="Texts (else --input or stdin)."),
+    input_: Path = INPUT_OPT,
+    fmt: str = FORMAT_OPT,
+    field: str = FIELD_OPT,
+    model: str = MODEL_OPT,
+    config: Path = CONFIG_OPT,
+    path: Path = PATH_OPT,
+    hf: str = HF_OPT,
+) -> None:
+    from rsinfer_cli.cli.common import load_pipeline
+    from rsinfer_cli.cli.io import read_records, write_jsonl
+
+    records = list(read_records(texts, input_, fmt, field))
+    pipe = load_pipeline("logits", name=model, config=config, path=path, hf=hf)
+    for rec, row in zip(records, pipe.run(pipe.plan([r.text for r in records])).rows, strict=True):
+        write_jsonl({"index": rec.index, "logits": row})
