@@ -17,7 +17,7 @@ install: $(BIN)/python        ## rsinfer with the CPU onnxruntime wheel
 dev: $(BIN)/python            ## rsinfer plus the test tools
 	$(PIP) install -q -e '.[test]'
 
-test: dev                     ## lint, type-check engine + pipelines, then the whole suite (no network; ../shared/models)
+test: dev                     ## lint, type-check the package (mypy --strict), then the whole suite (no network; ../shared/models)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest

@@ -127,12 +127,12 @@ def ceiling(model_dir: Path, texts: list[str], batch_sizes: list[int]) -> tuple[
 # ---------------------------------------------------------------- (b)/(c) the server
 
 
-def server(batching: bool, tmp: Path) -> Serve:
+def server(batching: bool, tmp: Path, src: Path | None = None) -> Serve:
     common = f"batching: {{enabled: {str(batching).lower()}}}"
     models = (f"  - {{name: mini, kind: embedding, path: '{SHARED / 'all-minilm-l6-v2'}', {common}}}\n"
               f"  - {{name: rr, kind: rerank, path: '{SHARED / 'tiny-reranker-1'}', {common}}}\n"
               f"  - {{name: pii, kind: pii, path: '{SHARED / 'rampart-pii'}', {common}}}\n")
-    return Serve(models, tmp, "max_queue: 1024", name=f"batching-{batching}")
+    return Serve(models, tmp, "max_queue: 1024", name=f"batching-{batching}-{'before' if src else 'now'}", src=src)
 
 
 async def drive(url: str, route: str, bodies: list[dict], clients: int, max_s: float) -> dict:
@@ -242,20 +242,24 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-seconds", type=float, default=30, help="per workload and mode")
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
+    ap.add_argument("--before-src", type=Path, help="also run another checkout's src/ with batching on, side by side")
     args = ap.parse_args()
     loads = workloads()
     ceil_short, b_short, ceil_mixed, b_mixed = ceilings(loads)
     results: dict[str, dict[str, dict]] = {}
     plans: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for batching in (True, False):
-            srv = server(batching, Path(tmp))
+        modes = [("on", True, None), ("off", False, None)]
+        if args.before_src:
+            modes.insert(0, ("before", True, args.before_src))
+        for mode, batching, src in modes:
+            srv = server(batching, Path(tmp), src)
             try:
-                if batching:
+                if mode == "on":
                     plans = {m: plan_of(srv.url, m) for m in ("mini", "rr", "pii")}
                 for name, (route, bodies, clients, _) in loads.items():
                     r = asyncio.run(drive(srv.url, route, bodies, clients, args.max_seconds))
-                    results.setdefault(name, {})["on" if batching else "off"] = r
+                    results.setdefault(name, {})[mode] = r
             finally:
                 srv.stop()
     rows = []
@@ -287,6 +291,15 @@ def main() -> int:
         existing = args.out.read_text(encoding="utf-8")
         at = existing.find("\n## ")
         kept = existing[at:] if at >= 0 else ""
+    if args.before_src:
+        text += [f"Before ({args.before_src}) and now, both batching on, the same run:", "",
+                 "| workload | texts/s before | texts/s now | now / before | p50 before (ms) | p50 now (ms) |",
+                 "|---|---|---|---|---|---|"]
+        for name, (_, _, _, per) in loads.items():
+            b, n = results[name]["before"], results[name]["on"]
+            text.append(f"| {name} | {b['rps'] * per:.1f} | {n['rps'] * per:.1f} | "
+                        f"{n['rps'] / b['rps'] if b['rps'] else 0:.2f} | {b['p50_ms']:.1f} | {n['p50_ms']:.1f} |")
+        text.append("")
     args.out.write_text("\n".join(text) + kept)
     print("\n".join(text))
     return 0

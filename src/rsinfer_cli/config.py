@@ -8,6 +8,7 @@ import logging
 import os
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,7 +260,7 @@ def _type_name(value: Any) -> str:
             list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
 
 
-def _convert(tp: Any, value: Any, path: str, meta: dict, errs: _Errors) -> Any:
+def _convert(tp: Any, value: Any, path: str, meta: dict[str, Any], errs: _Errors) -> Any:
     if "auto" in meta and value == "auto":   # a number field that also takes `auto`
         return meta["auto"]
     origin = typing.get_origin(tp)
@@ -268,7 +269,7 @@ def _convert(tp: Any, value: Any, path: str, meta: dict, errs: _Errors) -> Any:
         if value is None:
             return None
         return _convert(args[0], value, path, meta, errs)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, path, errs)
     if origin is tuple:
         (inner, _) = typing.get_args(tp)
@@ -281,7 +282,7 @@ def _convert(tp: Any, value: Any, path: str, meta: dict, errs: _Errors) -> Any:
             if conv is not None:
                 items.append(conv)
         if "choices" in meta:
-            seen: set = set()
+            seen: set[Any] = set()
             for i, item in enumerate(items):
                 if item in seen:
                     errs.add(f"{path}[{i}]", f"duplicate entry '{item}'")
@@ -303,8 +304,8 @@ def _convert(tp: Any, value: Any, path: str, meta: dict, errs: _Errors) -> Any:
     if "aliases" in meta:
         canon = meta["aliases"].get(str(value).lower())
         if canon is None:
-            choices = "|".join(dict.fromkeys(meta["aliases"].values()))
-            errs.add(path, f"must be one of {choices}, got {value!r}")
+            known = "|".join(dict.fromkeys(meta["aliases"].values()))
+            errs.add(path, f"must be one of {known}, got {value!r}")
             return None
         value = canon
     choices = meta["choices"]() if callable(meta.get("choices")) else meta.get("choices")
@@ -313,8 +314,9 @@ def _convert(tp: Any, value: Any, path: str, meta: dict, errs: _Errors) -> Any:
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         errs.add(path, f"must be one of {', '.join(choices)}, got {value!r}{hint}")
         return None
-    for key, op, text in (("gt", lambda a, b: a > b, ">"), ("ge", lambda a, b: a >= b, ">="),
-                          ("le", lambda a, b: a <= b, "<=")):
+    bounds: tuple[tuple[str, Callable[[Any, Any], bool], str], ...] = (
+        ("gt", lambda a, b: a > b, ">"), ("ge", lambda a, b: a >= b, ">="), ("le", lambda a, b: a <= b, "<="))
+    for key, op, text in bounds:
         if key in meta and not op(value, meta[key]):
             errs.add(path, f"must be {text} {meta[key]}, got {value!r}")
             return None
@@ -482,7 +484,8 @@ def from_nereid(data: dict[str, Any], errs: _Errors) -> dict[str, Any]:
             errs.add(f"server.{key}", "required: a string")
     root = str(server.get("ml_backends_path") or "")
     models = []
-    for i, m in enumerate(data.get("models") if isinstance(data.get("models"), list) else []):
+    raw_list = data.get("models")
+    for i, m in enumerate(raw_list if isinstance(raw_list, list) else []):
         where = f"models[{i}]"
         if not isinstance(m, dict):
             errs.add(where, f"expected a mapping, got {_type_name(m)}")
@@ -572,7 +575,7 @@ def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None
             except ValueError as exc:
                 errs.add(f"server.{key}", str(exc))
     raw_models = data.get("models")
-    models: list = []
+    models: list[Any] = []
     if raw_models is None:
         errs.add("models", "required key is missing (a list of models to serve)")
     elif not isinstance(raw_models, list):
@@ -603,7 +606,7 @@ def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None
     return Config(models=tuple(models), server=server, file=file)
 
 
-def load_config(path: str | os.PathLike) -> Config:
+def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate a YAML config. Relative `path:` entries are relative to the config file."""
     import yaml
 

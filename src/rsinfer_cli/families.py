@@ -99,7 +99,7 @@ def specific_fields() -> dict[str, str]:
 def options_class(kind: str) -> type[Any] | None:
     """The dataclass of a kind's own model keys (None: the family has none); unknown kinds have none."""
     fam = _FAMILIES.get(kind)
-    return None if fam is None or fam.options is None else resolve_ref(fam.options)  # type: ignore[no-any-return]
+    return None if fam is None or fam.options is None else resolve_ref(fam.options)
 
 
 def option_fields(kind: str) -> tuple[str, ...]:

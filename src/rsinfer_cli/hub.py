@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -76,8 +75,9 @@ class ResolvedModel:
     origin: dict[str, Any] | None = None  # provenance recorded by `rsinfer download`
 
     def provenance(self) -> dict[str, Any]:
-        out = {"source": self.source, "repo": self.repo, "revision": self.revision, "commit": self.commit,
-               "file": self.graph_file, "local_path": str(self.graph_path), "reason": self.graph_reason}
+        out: dict[str, Any] = {"source": self.source, "repo": self.repo, "revision": self.revision,
+                               "commit": self.commit, "file": self.graph_file, "local_path": str(self.graph_path),
+                               "reason": self.graph_reason}
         if self.origin:
             out["downloaded_from"] = self.origin
         return out
@@ -216,7 +216,7 @@ def _typed_hub_error(exc: Exception, repo: str, revision: str, token: str | None
     return None
 
 
-def _tqdm_bridge(progress: Progress, name: str) -> Callable[..., Any]:
+def _tqdm_bridge(progress: Progress, name: str) -> type[Any]:
     """A tqdm stand-in that forwards huggingface_hub's byte counts to our Progress."""
 
     class Bridge:
@@ -319,6 +319,7 @@ def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress
             except (OSError, ValueError):
                 origin = None
     else:
+        assert spec.hf is not None   # a source is a path or a repo
         main = _HubFiles(spec.hf, spec.revision, cache, progress)
         source = f"hf:{spec.hf}@{spec.revision}"
     graph, why, candidates = pick_graph(main.files, spec.dtype, spec.file, spec.subfolder)
@@ -328,6 +329,7 @@ def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress
     def tokenizer_source() -> _Files:
         nonlocal tok_src, source
         if tok_src is None:
+            assert spec.tokenizer_hf is not None
             tok_src = _HubFiles(spec.tokenizer_hf, "main", cache, progress)
             source += f"+aux:{spec.tokenizer_hf}"
         return tok_src

@@ -106,7 +106,7 @@ for _family in families.all_families():  # each family's own commands (`embed`, 
         _fn = families.resolve_ref(_ref)
         _COMMANDS[_name] = (_fn, _fn.__doc__)
 for _name, (_fn, _doc) in sorted(_COMMANDS.items()):
-    app.command(_name, help=_doc)(_fn)
+    app.command(_name, help=_doc)(_fn)  # type: ignore[type-var]   # typer's TypeVar wants a typed callable
 
 
 def main(argv: list[str] | None = None) -> None:

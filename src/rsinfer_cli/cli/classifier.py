@@ -4,6 +4,7 @@ text, best first; JSONL in input order (streamed), or a table."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -50,7 +51,7 @@ def predict_cmd(
     if top_k is not None and top_k < 1:
         raise ConfigError(f"--top-k must be >= 1, got {top_k}")
     try:
-        function = check_function(function, "--function")
+        chosen = check_function(function, "--function")
     except InputError as exc:
         raise ConfigError(str(exc).replace("`", "")) from None
     records = read_records(texts, input_, fmt, field)
@@ -58,7 +59,7 @@ def predict_cmd(
                          max_rows=batch_size)
     rows = []
     for chunk in chunks(records, 256):
-        res = pipe.classify([r.text for r in chunk], raw=raw, function=function, top_k=top_k, truncate=truncate)
+        res = pipe.classify([r.text for r in chunk], raw=raw, function=chosen, top_k=top_k, truncate=truncate)
         for rec, labels in zip(chunk, res.to_json(), strict=True):
             if table:
                 rows.append((rec, labels))
@@ -70,7 +71,7 @@ def predict_cmd(
         _table(rows)
 
 
-def _table(rows: list) -> None:
+def _table(rows: list[tuple[Any, list[dict[str, Any]]]]) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -81,9 +82,9 @@ def _table(rows: list) -> None:
         t.add_column(col, justify=justify)  # type: ignore[arg-type]
     for rec, labels in rows:
         text = rec.text if len(rec.text) < 80 else rec.text[:77] + "..."
-        best = labels[0] if labels else {"label": "", "score": float("nan")}
+        best: dict[str, Any] = labels[0] if labels else {"label": "", "score": float("nan")}
         others = ", ".join(f"{x['label']} {x['score']:.3f}" for x in labels[1:])
-        t.add_row(str(rec.index), escape(text), escape(best["label"]), f"{best['score']:.4f}", escape(others))
+        t.add_row(str(rec.index), escape(text), escape(str(best["label"])), f"{best['score']:.4f}", escape(others))
     Console().print(t)
 
 

@@ -63,8 +63,7 @@ def model_from_options(*, name: str | None, config: Path | None, path: Path | No
         dtype = normalize_dtype(dtype)
     except ValueError as exc:
         raise ConfigError(f"--dtype: {exc}") from None
-    src = str(path) if path is not None else hf
-    label = Path(src).name if path is not None else hf.rsplit("/", 1)[-1]
+    label = Path(path).name if path is not None else str(hf).rsplit("/", 1)[-1]
     model = ModelConfig(name=label or "model", kind=kind or "embedding", path=str(path) if path else None,
                         hf=hf, revision=revision, file=file, subfolder=subfolder, tokenizer_hf=tokenizer_hf,
                         dtype=dtype, replicas=replicas)

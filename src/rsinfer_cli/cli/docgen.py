@@ -69,7 +69,7 @@ def _params(callback: Any) -> tuple[Param, ...]:
         is_path = tp is Path or (typing.get_origin(tp) is not None and Path in typing.get_args(tp))
         is_flag = tp is bool
         if isinstance(info, OptionInfo):
-            opts = tuple(info.param_decls) or (f"--{p.name.replace('_', '-')}",)
+            opts = tuple(info.param_decls or ()) or (f"--{p.name.replace('_', '-')}",)
             out.append(Param("option", p.name, opts, info.help or "", info.default, is_flag, is_path,
                              info.default is ..., info.metavar or ("PATH" if is_path else p.name.upper())))
         elif isinstance(info, ArgumentInfo):
@@ -79,7 +79,8 @@ def _params(callback: Any) -> tuple[Param, ...]:
 
 
 def _commands() -> list[Command]:
-    cmds = [Command(c.name or c.callback.__name__, c.help or (c.callback.__doc__ or ""), _params(c.callback))
+    cmds = [Command(str(c.name or getattr(c.callback, "__name__", "")),
+                    c.help or (getattr(c.callback, "__doc__", "") or ""), _params(c.callback))
             for c in app.registered_commands]
     return sorted(cmds, key=lambda c: c.name)
 

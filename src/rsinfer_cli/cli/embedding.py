@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from .common import CONFIG_OPT, DTYPE_OPT, FIELD_OPT, FORMAT_OPT, HF_OPT, INPUT_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from .io import Record
 
 EXAMPLES = """
 
@@ -57,7 +63,7 @@ def embed_cmd(
     writer = None
     stream = (r for r in ([first] if first else []))
 
-    def all_records():
+    def all_records() -> Iterator[Record]:
         yield from stream
         yield from records
 

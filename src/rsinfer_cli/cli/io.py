@@ -5,6 +5,7 @@ stdout carries data, stderr carries people-talk. Reading is lazy, so commands st
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Iterable, Iterator
@@ -90,7 +91,7 @@ def read_records(args: Iterable[str] | None, source: Path | None, fmt: str = "au
     finally:
         if owned:
             stream.close()
-        elif stream is not sys.stdin:
+        elif isinstance(stream, io.TextIOWrapper) and stream is not sys.stdin:
             stream.detach()  # a wrapper of stdin's bytes: let go of them without closing stdin
 
 
@@ -128,7 +129,7 @@ def read_lines(source: Path | None) -> Iterator[tuple[int, str, str, str]]:
     finally:
         if owned:
             stream.close()
-        elif stream is not sys.stdin:
+        elif isinstance(stream, io.TextIOWrapper) and stream is not sys.stdin:
             stream.detach()  # a wrapper of stdin's bytes: let go of them without closing stdin
 
 

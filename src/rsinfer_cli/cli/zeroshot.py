@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from .common import CONFIG_OPT, DTYPE_OPT, FIELD_OPT, FORMAT_OPT, HF_OPT, INPUT_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from .io import Record
 
 EXAMPLES = """
 
@@ -66,7 +72,7 @@ def classify_cmd(
                          max_rows=batch_size)
     rows = []
 
-    def all_records():
+    def all_records() -> Iterator[Record]:
         if first is not None:
             yield first
         yield from records
@@ -89,7 +95,7 @@ def classify_cmd(
         _table(rows, zero_shot, judged)
 
 
-def _table(rows: list, zero_shot: bool, judged: str | None) -> None:
+def _table(rows: list[tuple[Record, dict[str, Any]]], zero_shot: bool, judged: str | None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from .. import families
 from ..config import Config
+from ..engine.cache import RedisCache
 from ..engine.registry import Registry
 from ..engine.scheduler import REQUEST_STATS, ModelQueue, Scheduler
 from ..engine.threads import CpuBudget
@@ -46,7 +48,7 @@ def route_label(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = None) -> Callable:
+def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = None) -> Middleware:
     """The one middleware (each layer of aiohttp middleware costs a request ~10 µs of CPU, measured): metrics and
     one access-log line per request (never the body) whatever the outcome; auth (constant-time), the body cap
     before the body is read and the whole-request timeout; and the one place errors become HTTP responses (ours,
@@ -85,7 +87,7 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
                 if limiter is not None and route not in OPEN_ROUTES:
                     client = f"key:{key_index}" if key_index is not None else f"addr:{request.remote}"
                     cache = request.app[STATE].cache
-                    if cache is not None and cache.backend == "redis":     # one count for every process
+                    if isinstance(cache, RedisCache):     # one count for every process
                         verdict = await limiter.acheck(client, key_index, cache.acount)
                     else:
                         verdict = limiter.check(client, key_index)
@@ -230,8 +232,9 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
             s.stop()
         app[STATE].infer_executor.shutdown(wait=True)
         app[STATE].prep_executor.shutdown(wait=True)
-        if app[STATE].cache is not None:
-            await app[STATE].cache.close()
+        cache = app[STATE].cache
+        if cache is not None:
+            await cache.close()
         if app[STATE].tracing is not None:
             app[STATE].tracing.close()    # the batched spans are sent
 

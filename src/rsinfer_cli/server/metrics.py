@@ -134,7 +134,7 @@ class Metrics:
         from prometheus_client import multiprocess
 
         merged = CollectorRegistry()
-        multiprocess.MultiProcessCollector(merged, path=self.multiprocess_dir)
+        multiprocess.MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
         for collector in self.live:
             merged.register(collector)
         return generate_latest(merged)

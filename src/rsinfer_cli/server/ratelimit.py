@@ -77,7 +77,7 @@ class RateLimiter:
         if limit is None:
             return None
         allowed_n = max(1, math.ceil(limit.requests / self.share))
-        now: float = self._clock()  # type: ignore[operator]
+        now: float = self._clock()
         if now >= self._next_sweep:                       # drop every window that has ended
             self._counts = {c: v for c, v in self._counts.items() if v[0] > now}
             self._next_sweep = now + self._sweep_every

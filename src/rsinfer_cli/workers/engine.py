@@ -120,9 +120,9 @@ class EngineServer:
                 self._tasks[key] = task
                 task.add_done_callback(lambda _t: self._tasks.pop(key, None))
             case ipc.Cancel():
-                task = self._tasks.pop((channel, msg.id), None)
-                if task is not None:
-                    task.cancel()
+                gone = self._tasks.pop((channel, msg.id), None)
+                if gone is not None:
+                    gone.cancel()
             case ipc.Stats():
                 stats = [[k, s.waiting, s.queued_rows, s.running] for k, s in self.schedulers.items()]
                 channel.send(ipc.QueueStats(id=msg.id, stats=stats))

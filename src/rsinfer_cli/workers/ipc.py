@@ -55,7 +55,7 @@ def encode(message: Any) -> list[Frame]:
             if obj.nbytes < INLINE_BYTES:
                 return msgspec.msgpack.Ext(ARRAY, _meta_enc.encode([obj.dtype.str, shape, -1, obj.tobytes()]))
             arr = np.ascontiguousarray(obj)
-            frames.append(memoryview(arr).cast("B"))
+            frames.append(memoryview(arr).cast("B"))  # type: ignore[arg-type]   # numpy arrays are buffers
             return msgspec.msgpack.Ext(ARRAY, _meta_enc.encode([arr.dtype.str, shape, len(frames) - 1, b""]))
         if isinstance(obj, tuple):
             return list(obj)
@@ -184,7 +184,7 @@ class Channel(asyncio.Protocol):
         self._sizes: tuple[int, ...] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment] - a stream transport (asyncio's or uvloop's)
+        self.transport = transport  # type: ignore[assignment]   # a stream transport (asyncio's or uvloop's)
 
     def send(self, message: Any) -> None:
         """Queue a message; the messages of one event-loop iteration leave in one write (a forward that answers

@@ -291,9 +291,9 @@ class Supervisor:
             waits: dict[Any, tuple[str, Any]] = {self._wake_r: ("signal", None)}
             for device, child in self.engines.items():
                 waits[child.process.sentinel] = ("engine", device)
-            for i, child in enumerate(self.frontends):
-                if child is not None:
-                    waits[child.process.sentinel] = ("frontend", i)
+            for i, front in enumerate(self.frontends):
+                if front is not None:
+                    waits[front.process.sentinel] = ("frontend", i)
             ready = multiprocessing.connection.wait(list(waits), timeout=watchdog_s or 5.0)
             if watchdog_s:
                 notifier.send("WATCHDOG=1")
@@ -342,7 +342,7 @@ class Supervisor:
     def _mark_dead(self, pid: int) -> None:
         from prometheus_client import multiprocess
 
-        multiprocess.mark_process_dead(pid, self.metrics_dir)
+        multiprocess.mark_process_dead(pid, self.metrics_dir)  # type: ignore[no-untyped-call]
 
     # ---------------------------------------------------------- stopping
 

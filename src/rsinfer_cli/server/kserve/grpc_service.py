@@ -18,12 +18,14 @@ from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ...errors import EngineUnavailable, InputError, ModelNotFound, PoolTimeout, RsinferError, Saturated
-from ...pipelines.tensor import TensorPipeline, numpy_dtype, platform, tensor_metadata
+from ...pipelines.tensor import TensorPipeline, element_count, numpy_dtype, platform, tensor_metadata
 from ..logs import REQUEST_ID, request_id
 from ..state import ServerState
 from . import codec
 from . import kserve_pb2 as pb
 from . import kserve_pb2_grpc as pb_grpc
+
+Context = grpc.aio.ServicerContext[Any, Any]
 
 access_log = logging.getLogger("rsinfer.access")
 
@@ -72,7 +74,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # ------------------------------------------------------------ plumbing
 
-    def _authorize(self, context: grpc.aio.ServicerContext) -> None:
+    def _authorize(self, context: Context) -> None:
         if not self.keys:
             return
         meta = {k.lower(): v for k, v in (context.invocation_metadata() or ())}
@@ -81,7 +83,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         if not any([hmac.compare_digest(given, k) for k in self.keys]):  # noqa: C419 - compare every key
             raise Unauthenticated("missing or invalid API key; send `authorization: Bearer <key>` metadata")
 
-    def _request_id(self, context: grpc.aio.ServicerContext) -> tuple[tuple[str, str], ...]:
+    def _request_id(self, context: Context) -> tuple[tuple[str, str], ...]:
         """The call's request id (its `x-request-id` metadata, else a new one), set for its log lines; returned as
         the trailing metadata that echoes it."""
         given = next((v for k, v in (context.invocation_metadata() or ()) if k.lower() == "x-request-id"), None)
@@ -91,7 +93,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         context.set_trailing_metadata(echo)
         return echo
 
-    async def _call(self, method: str, context: grpc.aio.ServicerContext, fn: Any, *args: Any,
+    async def _call(self, method: str, context: Context, fn: Any, *args: Any,
                     open_: bool = False) -> Any:
         """Auth, metrics, the request id, and every error as a gRPC status with its message (never a traceback)."""
         t0 = time.perf_counter()
@@ -179,7 +181,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
                         values = [v.decode("utf-8") for v in values]
                     except UnicodeDecodeError:
                         raise InputError(f"input '{name}': BYTES elements must be UTF-8 text", param=name) from None
-                count = codec.element_count(shape)
+                count = element_count(shape)
                 if len(values) != count:
                     raise InputError(f"input '{name}' has {len(values)} elements but shape {shape} holds {count}",
                                      param=name)
@@ -255,7 +257,7 @@ async def start(state: ServerState, bind: str) -> GrpcFront:
 
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", int(state.config.server.max_body_mb * 2**20)),
                                       ("grpc.max_send_message_length", int(state.config.server.max_body_mb * 2**20))])
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeServicer(state), server)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeServicer(state), server)  # type: ignore[no-untyped-call]
     health = Health(state)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     try:

@@ -32,7 +32,8 @@ async def _answer(request: web.Request, name: str) -> web.Response:
         raise InputError(f"model '{name}' is a {kind} model; the Hugging Face task routes serve {served} models",
                          param="model")
     call = Call(state, decode(await request.read(), HfRequest), state.registry.get(name, kind))
-    return await family.load("hf_task")(call, call.req.inputs, call.req.parameters or {})
+    response: web.Response = await family.load("hf_task")(call, call.req.inputs, call.req.parameters or {})
+    return response
 
 
 @routes.post("/models/{name}")

@@ -71,7 +71,7 @@ async def models(request: web.Request) -> web.Response:
         if m.version is not None:  # a versioned model: each version's source and share of unnamed requests
             weights = {v.version: v.weight for v in state.config.model(name).versions}
             data[-1]["versions"] = [{"version": v.version, "source": public_source(v.card()["source"]),
-                                     "weight": weights.get(v.version)} for v in entries]
+                                     "weight": weights.get(v.version or "")} for v in entries]
             data[-1]["default_version"] = state.config.model(name).default_version
     return web.Response(body=dumps({"object": "list", "data": data}), content_type="application/json")
 

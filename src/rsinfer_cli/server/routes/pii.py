@@ -98,7 +98,7 @@ def _texts(call: Call[PiiRequest]) -> tuple[list[str], bool]:
     if texts:
         check_count(call, "texts", len(texts))
     check_chars(call, "text" if text is not None else "texts", text if text is not None else texts)
-    return ([text], False) if text is not None else (texts, True)
+    return ([text], False) if text is not None else (texts or [], True)
 
 
 def _options(call: Call[PiiRequest]) -> dict[str, Any]:

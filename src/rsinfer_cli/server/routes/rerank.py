@@ -230,10 +230,11 @@ async def cohere_v2_rerank(request: web.Request) -> web.Response:
                              call.state.config.server.max_rerank_documents)
     top_n = _top_n(req.top_n, len(texts))
     result = await _score(call, req.query, texts, max_tokens_per_doc=req.max_tokens_per_doc)
-    results = [{"index": i, "relevance_score": float(result.scores[i])} for i in ranked(result.scores, top_n)]
+    order = ranked(result.scores, top_n)
+    results: list[dict[str, Any]] = [{"index": i, "relevance_score": float(result.scores[i])} for i in order]
     if req.return_documents:  # earlier v2 clients
-        for r in results:
-            r["document"] = _echo(docs[r["index"]])
+        for r, i in zip(results, order, strict=True):
+            r["document"] = _echo(docs[i])
     meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": 1},
             "tokens": {"input_tokens": result.tokens, "output_tokens": 0}}
     return json_response({"id": str(uuid.uuid4()), "results": results, "meta": meta},
