@@ -95,8 +95,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         versions = ([("before", args.before_src)] if args.before_src else []) + [("after", None)] + \
             [("after, the defaults", None)]
-        for k in range(1, max(args.rounds, 1) + 1):  # interleaved: before, after, before, after, …
-            for label, src in versions:
+        for k in range(1, max(args.rounds, 1) + 1):
+            # interleaved, the order reversed every other round (ABBA): a machine that drifts during the run then
+            # penalises neither side
+            for label, src in (versions if k % 2 else versions[::-1]):
                 srv = server(Path(tmp), src, label, defaults="defaults" in label)
                 try:
                     runs[f"{label} #{k}"] = measure(srv.url, short, mixed_texts, args.max_seconds)
