@@ -56,6 +56,7 @@ _rsinfer() {
                 --field|-f) return ;;
                 --threshold) return ;;
                 --types) return ;;
+                --regions) return ;;
                 --on-error) return ;;
                 --batch-lines) return ;;
                 --model|-m) return ;;
@@ -65,7 +66,7 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --threshold --types --on-error --allow-missing --batch-lines --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --threshold --types --regions --on-error --allow-missing --batch-lines --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         download)
             case "$prev" in
                 --revision) return ;;
@@ -136,6 +137,7 @@ _rsinfer() {
                 --replacement) return ;;
                 --threshold) return ;;
                 --types) return ;;
+                --regions) return ;;
                 --on-error) return ;;
                 --hash-salt) return ;;
                 --batch-lines) return ;;
@@ -146,7 +148,7 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --mode --mask-char --replacement --threshold --types --spans --on-error --allow-missing --hash-salt --batch-lines --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --mode --mask-char --replacement --threshold --types --regions --spans --on-error --allow-missing --hash-salt --batch-lines --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         rerank)
             case "$prev" in
                 --query|-q) return ;;

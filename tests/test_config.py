@@ -140,7 +140,7 @@ def test_dtype_aliases_and_bad_dtype():
 def test_pii_recognizers():
     assert parse_config({"models": [model(kind="pii", pii_recognizers=[])]}).models[0].options.pii_recognizers == ()
     assert "models[0].pii_recognizers[0]: must be one of email, url" in \
-        parse_error({"models": [model(kind="pii", pii_recognizers=["phone"])]})
+        parse_error({"models": [model(kind="pii", pii_recognizers=["fax"])]})
 
 
 def test_threshold_range_and_template():
@@ -209,8 +209,11 @@ def test_example_config_loads_and_documents_every_key():
     text = (ROOT / "config.example.yaml").read_text()
     import dataclasses
 
+    from rsinfer_cli import families
     from rsinfer_cli.config import BatchingConfig, ModelConfig, RateLimitConfig, ServerConfig, TracingConfig
-    for cls in (ServerConfig, ModelConfig, BatchingConfig, RateLimitConfig, TracingConfig):
+
+    options = [c for c in (families.options_class(k) for k in families.kinds()) if c is not None]
+    for cls in (ServerConfig, ModelConfig, BatchingConfig, RateLimitConfig, TracingConfig, *options):
         for f in dataclasses.fields(cls):
             if f.metadata.get("internal"):       # set by the parser, not written in YAML
                 continue

@@ -125,6 +125,9 @@ def load_pipeline(kind: str, *, name: str | None, config: Path | None, path: Pat
     if given:  # the family's own keys go to its options, the rest to the model entry
         own = {f.name for f in dataclasses.fields(cfg.options)} if cfg.options is not None else set()
         options = dataclasses.replace(cfg.options, **{k: v for k, v in given.items() if k in own}) if own else None
+        check = getattr(options, "check", None)       # the family's own rules, as the config is held to them
+        for key, message in check() if check is not None else ():
+            raise ConfigError(f"--{key.split('[')[0].removeprefix('pii_').replace('_', '-')}: {message}")
         cfg = dataclasses.replace(cfg, options=options, **{k: v for k, v in given.items() if k not in own})
     pipe = build_pipeline(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)), server)
     if server.cache is not None and cfg.cache:  # the config's server.cache serves one-shot commands too

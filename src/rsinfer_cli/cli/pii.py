@@ -36,6 +36,8 @@ INPUT_LINES_OPT = typer.Option(None, "--input", "-i", help="JSONL (or --plain) f
 PLAIN_OPT = typer.Option(False, "--plain", help="Lines are plain text, not JSONL.")
 THRESHOLD_OPT = typer.Option(None, "--threshold", help="Minimum token probability (model default 0.5).")
 TYPES_OPT = typer.Option(None, "--types", help="Only these entity types, comma-separated.")
+REGIONS_OPT = typer.Option(None, "--regions", help="Phone numbering plans and national-id schemes to recognise, "
+                           "comma-separated ISO codes, e.g. US,GB,DE (default: the model's pii_regions).")
 ON_ERROR_OPT = typer.Option("fail", "--on-error", help="A malformed line (not JSON, not an object): fail, skip "
                             "(named on stderr) or keep (every line as read, blank ones too).")
 ALLOW_MISSING_OPT = typer.Option(False, "--allow-missing", help="A record may lack a --field or hold a non-string "
@@ -192,6 +194,10 @@ def _run(*, redacting: bool, input_: Path | None, fields: list[str], plain: bool
         print(f"rsinfer: kept {kept} malformed line(s) unchanged", file=sys.stderr)
 
 
+def _regions(value: str | None) -> tuple[str, ...] | None:
+    return tuple(r.strip().upper() for r in value.split(",") if r.strip()) if value else None
+
+
 def redact_cmd(
     input_: Path = INPUT_LINES_OPT,
     fields: list[str] = typer.Option(None, "--field", "-f", help="Field to redact (dotted path; repeatable)."),
@@ -201,6 +207,7 @@ def redact_cmd(
     replacement: str = typer.Option(None, "--replacement", help="Template for --mode replace, e.g. '[{type}]'."),
     threshold: float = THRESHOLD_OPT,
     types: str = TYPES_OPT,
+    regions: str = REGIONS_OPT,
     spans: bool = typer.Option(False, "--spans", help=f"Add the redacted spans under `{SPANS_KEY}`: type, score, "
                                "offsets and replacement, never the removed value."),
     on_error: str = ON_ERROR_OPT,
@@ -219,7 +226,8 @@ def redact_cmd(
          allow_missing=allow_missing, mode=mode,
          mask_char=mask_char, replacement=replacement, threshold=threshold, types=types, spans=spans,
          hash_salt=hash_salt, batch_lines=batch_lines,
-         pipe_args={"name": model, "config": config, "path": path, "hf": hf, "revision": revision, "dtype": dtype})
+         pipe_args={"name": model, "config": config, "path": path, "hf": hf, "revision": revision, "dtype": dtype,
+                    "pii_regions": _regions(regions)})
 
 
 def detect_cmd(
@@ -228,6 +236,7 @@ def detect_cmd(
     plain: bool = PLAIN_OPT,
     threshold: float = THRESHOLD_OPT,
     types: str = TYPES_OPT,
+    regions: str = REGIONS_OPT,
     on_error: str = ON_ERROR_OPT,
     allow_missing: bool = ALLOW_MISSING_OPT,
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines scanned together (memory stays bounded)."),
@@ -242,7 +251,8 @@ def detect_cmd(
          allow_missing=allow_missing, mode="mask",
          mask_char="*", replacement=None, threshold=threshold, types=types, spans=True, hash_salt=None,
          batch_lines=batch_lines,
-         pipe_args={"name": model, "config": config, "path": path, "hf": hf, "revision": revision, "dtype": dtype})
+         pipe_args={"name": model, "config": config, "path": path, "hf": hf, "revision": revision, "dtype": dtype,
+                    "pii_regions": _regions(regions)})
 
 
 redact_cmd.__doc__ = (__doc__ or "") + EXAMPLES

@@ -8,6 +8,7 @@ the first window escapes. Nothing here logs a text or a span.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -20,8 +21,8 @@ from ..config import ServerConfig, opt
 from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, softmax
+from .recognizers import DEFAULT_RECOGNIZERS, ID_REGIONS, RECOGNIZERS, check_regions, recognize
 from .recognizers import TYPES as RECOGNIZED
-from .recognizers import recognize
 from .text import Encoded, TextPipeline
 
 MODES = ("mask", "remove", "replace", "hash")
@@ -34,10 +35,14 @@ class Entity:
     score: float
     start: int      # Unicode code point offsets into the text, end exclusive
     end: int
+    scheme: str | None = None   # a NATIONAL_ID's scheme (DE_IDNR, FR_NIR, ...)
 
     def to_json(self) -> dict[str, Any]:
-        return {"entity_type": self.entity_type, "text": self.text, "score": self.score, "start": self.start,
-                "end": self.end}
+        out: dict[str, Any] = {"entity_type": self.entity_type, "text": self.text, "score": self.score,
+                               "start": self.start, "end": self.end}
+        if self.scheme is not None:
+            out["scheme"] = self.scheme
+        return out
 
 
 @dataclass
@@ -213,13 +218,111 @@ def decode(text: str, offsets: Sequence[tuple[int, int]], label_ids: Array, prob
     return sorted(best.values(), key=lambda e: (e.start, e.end))
 
 
-def with_recognized(text: str, model: list[Entity], names: tuple[str, ...]) -> list[Entity]:
-    """Pattern matches (score 1.0) added to the model's spans; a model span overlapping a match gives way."""
-    matches = [Entity(t, text[a:b], 1.0, a, b) for t, a, b in recognize(text, names)]
+def with_recognized(text: str, model: list[Entity], names: Sequence[str],
+                    regions: Sequence[str] = ("US",)) -> list[Entity]:
+    """Validated matches (score 1.0) added to the model's spans; a model span overlapping a match gives way."""
+    matches = [Entity(m.entity_type, text[m.start:m.end], 1.0, m.start, m.end, m.scheme)
+               for m in recognize(text, names, regions)]
     if not matches:
         return model
     kept = [e for e in model if not any(e.start < m.end and m.start < e.end for m in matches)]
     return sorted(kept + matches, key=lambda e: (e.start, e.end))
+
+
+# the address labels of PII models (rampart's, and the usual spellings of others)
+ADDRESS_PARTS = frozenset({"BUILDING_NUMBER", "STREET_NAME", "STREET", "STREET_ADDRESS", "SECONDARY_ADDRESS", "CITY",
+                           "STATE", "ZIP_CODE", "ZIPCODE", "POSTCODE", "POSTAL_CODE", "COUNTY", "ADDRESS"})
+# words that belong to an address between its parts: unit words, and the particles of place names
+_UNIT = frozenset({"apt", "apartment", "suite", "ste", "unit", "flat", "floor", "fl", "room", "rm", "no", "nr",
+                   "bldg", "building", "block", "bis", "ter", "étage", "etage", "whg", "wohnung", "stock", "og", "#"})
+# street types: an address word wherever it stands between two parts ("12 rue de la Paix" labelled 12 ... Paix)
+_STREETS = frozenset({"street", "st", "road", "rd", "avenue", "ave", "av", "boulevard", "blvd", "lane", "ln", "drive",
+                      "dr", "way", "court", "ct", "place", "pl", "square", "sq", "terrace", "close", "crescent", "row",
+                      "rue", "allée", "allee", "quai", "cours", "chemin", "impasse", "route", "passage", "straße",
+                      "strasse", "str", "weg", "platz", "gasse", "ring", "damm", "ufer", "calle", "via", "viale",
+                      "piazza", "corso", "plaza", "paseo", "ulica"})
+_PARTICLES = frozenset({"am", "an", "der", "die", "im", "de", "la", "le", "les", "du", "des", "sur", "en", "upon",
+                        "sous", "lès", "bei", "ob", "y", "del"})
+_GAP_WORD = re.compile(r"[^\s,/()]+")
+_STREET_PARTS = frozenset({"STREET_NAME", "STREET", "STREET_ADDRESS"})
+_NUMBER_BEFORE = re.compile(r"(?<![\w.,-])\d{1,5}[A-Za-z]?(?:-\d{1,5})?\s+$")
+_NUMBER_AFTER = re.compile(r"\s+\d{1,5}[A-Za-z]?(?:-\d{1,5})?(?![\w.-]|,\d)")
+_NEAR_UNIT = re.compile(r"(?i)(?:\b(?:apt|apartment|suite|ste|unit|flat|floor|room|bldg|building)\.?\s*#?\s*"
+                        r"[\w-]{1,6}|#\s*[\w-]{1,6})\s*,?\s*$")
+_AFTER_UNIT = re.compile(r"(?i)^\s*,?\s*(?:\b(?:apt|apartment|suite|ste|unit|flat|floor|room|bldg|building)\.?\s*#?"
+                         r"\s*[\w-]{1,6}|#\s*[\w-]{1,6})\b")
+
+
+def _gap_ok(text: str, a: int, b: int, weak: Callable[[int, int], bool]) -> bool:
+    """Whether text[a:b], between two address parts, belongs to the same address: punctuation, unit words and their
+    designators, capitalised place-name words and particles, or words the model gave an address label weakly."""
+    gap = text[a:b]
+    if len(gap) > 40 or any(ch in gap for ch in ";:!?") or "\n\n" in gap:
+        return False
+    words = list(_GAP_WORD.finditer(gap))
+    if len(words) > 4:
+        return False
+    prev_unit = False
+    for w in words:
+        word = w.group().strip(".-")
+        low = word.lower()
+        if not word:
+            continue
+        ok = (low in _UNIT or low in _PARTICLES or low in _STREETS or (prev_unit and len(word) <= 6)
+              or (any(ch.isdigit() for ch in word) and len(word) <= 6)
+              or word[0].isupper() or weak(a + w.start(), a + w.end()))
+        if not ok:
+            return False
+        if w.group().endswith(".") and len(word) > 4 and w.end() < len(gap):   # a sentence ends in the gap
+            return False
+        prev_unit = low in _UNIT
+    return True
+
+
+def merge_addresses(text: str, entities: Sequence[Entity], weak: Callable[[int, int], bool]) -> list[Entity]:
+    """Address parts (building number, street, secondary address, city, state, postcode) that follow each other
+    within one address become one ADDRESS entity covering what lies between them, so no piece of the address stays
+    readable; a unit (`Flat 3`, `Apt 5B`) just before or after is taken in. A lone part stays as it is, and no word
+    outside the address is taken: a gap with a sentence end, a lowercase word the model did not label, or more
+    than four words ends the address."""
+    ordered = sorted(entities, key=lambda e: (e.start, e.end))
+    out: list[Entity] = []
+    group: list[Entity] = []
+
+    def flush() -> None:
+        if len(group) >= 2:
+            a, b = group[0].start, max(e.end for e in group)
+            first, last = group[0], max(group, key=lambda e: e.end)
+            if first.entity_type in _STREET_PARTS:     # "350 Fifth Avenue": the building number the model missed
+                number = _NUMBER_BEFORE.search(text, max(0, a - 12), a)
+                a = number.start() if number is not None else a
+            unit = _NEAR_UNIT.search(text, max(0, a - 24), a)
+            if unit is not None and unit.end() == a:
+                a = unit.start()
+            if last.entity_type in _STREET_PARTS:      # "Hauptstraße 5"
+                number = _NUMBER_AFTER.match(text, b)
+                b = number.end() if number is not None else b
+            after = _AFTER_UNIT.match(text, b)
+            if after is not None:
+                b = after.end()
+            score = float(np.mean([e.score for e in group]))
+            out.append(Entity("ADDRESS", text[a:b], score, a, b))
+        else:
+            out.extend(group)
+        group.clear()
+
+    for e in ordered:
+        if e.entity_type in ADDRESS_PARTS:
+            if group and (e.start < group[-1].end or _gap_ok(text, max(x.end for x in group), e.start, weak)):
+                group.append(e)
+                continue
+            flush()
+            group.append(e)
+        else:
+            flush()
+            out.append(e)
+    flush()
+    return sorted(out, key=lambda e: (e.start, e.end))
 
 
 def resolve_overlaps(entities: Sequence[Entity]) -> list[Entity]:
@@ -275,8 +378,26 @@ class PiiOptions:
 
     threshold: float = opt(0.5, ge=0, le=1)
     pii_hash_salt: str | None = None
-    pii_recognizers: tuple[str, ...] = opt(("email", "url", "ip_address", "ssn", "credit_card"),
-                                           choices=("email", "url", "ip_address", "ssn", "credit_card"))
+    pii_recognizers: tuple[str, ...] = opt(DEFAULT_RECOGNIZERS, choices=RECOGNIZERS)
+    pii_regions: tuple[str, ...] = ("US",)      # phone numbering plans and national-id schemes to recognise
+    pii_merge: tuple[str, ...] = opt(("address",), choices=("address",))   # address parts → one ADDRESS
+    # a word between two address parts belongs to the address when the model gave it an address label with at
+    # least this probability (below `threshold`, so it was not labelled)
+    address_gap_threshold: float = opt(0.2, ge=0, le=1)
+
+    def check(self) -> list[tuple[str, str]]:
+        errors = []
+        unknown = check_regions(self.pii_regions)
+        for region in unknown:
+            i = self.pii_regions.index(region)
+            errors.append((f"pii_regions[{i}]", f"unknown region {region!r}: an ISO 3166 code phonenumbers "
+                                                f"knows (US, GB, DE, FR, ...)"))
+        if "national_id" in self.pii_recognizers and not unknown \
+                and not any(r in ID_REGIONS for r in self.pii_regions):
+            errors.append(("pii_recognizers", f"national_id has no scheme in regions {', '.join(self.pii_regions)} "
+                                              f"(national ids are recognised for {', '.join(ID_REGIONS)}; US "
+                                              "social security numbers are the `ssn` recognizer's)"))
+        return errors
 
 
 class PiiPipeline(TextPipeline):
@@ -299,8 +420,13 @@ class PiiPipeline(TextPipeline):
             raise ModelLoadError(f"model '{cfg.name}': the graph has {shape[-1]} labels but config.json id2label "
                                  f"has {len(self.labels)}", model=cfg.name)
         self.recognizers = opts.pii_recognizers
-        self.types = sorted(({parse_tag(label)[1] for label in self.labels} - {""})
-                            | {RECOGNIZED[r] for r in self.recognizers})
+        self.regions = tuple(r.upper() for r in opts.pii_regions)
+        self.merge = opts.pii_merge
+        self.gap_threshold = opts.address_gap_threshold
+        model_types = {parse_tag(label)[1] for label in self.labels} - {""}
+        self.address_columns = [i for i, label in enumerate(self.labels) if parse_tag(label)[1] in ADDRESS_PARTS]
+        merged = {"ADDRESS"} if "address" in self.merge and self.address_columns else set()
+        self.types = sorted(model_types | {RECOGNIZED[r] for r in self.recognizers} | merged)
         tok = self.encoder.tokenizer
         probe, bare = tok.encode("x", add_special_tokens=True).ids, tok.encode("x", add_special_tokens=False).ids
         at = next((i for i in range(len(probe)) if probe[i:i + len(bare)] == bare), 0)
@@ -319,7 +445,8 @@ class PiiPipeline(TextPipeline):
     def describe(self) -> dict[str, Any]:
         return {"kind": "pii", "output": self.output, "labels": self.labels, "entity_types": self.types,
                 "threshold": self.threshold, "window_tokens": self.window, "window_overlap": self.overlap,
-                "recognizers": list(self.recognizers), "hash_salt": self.salt_source}
+                "recognizers": list(self.recognizers), "regions": list(self.regions), "merge": list(self.merge),
+                "hash_salt": self.salt_source}
 
     def reduce(self, out: Array, mask: Array) -> Array:
         return softmax(out.astype(np.float32, copy=False))
@@ -368,14 +495,28 @@ class PiiPipeline(TextPipeline):
                   types: Sequence[str] | None) -> list[list[Entity]]:
         thr = self.threshold if threshold is None else float(threshold)
         keep = set(types) if types is not None else None
+        if keep is not None and keep & ADDRESS_PARTS:
+            keep.add("ADDRESS")             # an address asked for by its parts comes whole
         found = []
         for text, (enc, probs) in zip(texts, per_text, strict=True):
             ents = decode(text, enc.offsets, probs.argmax(axis=-1), probs.max(axis=-1), self.labels, thr) \
                 if len(probs) else []
             if self.recognizers:
-                ents = with_recognized(text, ents, self.recognizers)
+                ents = with_recognized(text, ents, self.recognizers, self.regions)
+            if "address" in self.merge and self.address_columns and len(probs):
+                ents = merge_addresses(text, ents, self._weak(enc.offsets, probs))
             found.append([e for e in ents if keep is None or e.entity_type in keep])
         return found
+
+    def _weak(self, offsets: Sequence[tuple[int, int]], probs: Array) -> Callable[[int, int], bool]:
+        """Whether a token within [a, b) has an address label with at least address_gap_threshold probability."""
+        address = probs[:, self.address_columns].sum(axis=-1)
+
+        def weak(a: int, b: int) -> bool:
+            return any(s < b and a < e and p >= self.gap_threshold
+                       for (s, e), p in zip(offsets, address.tolist(), strict=False))
+
+        return weak
 
     def plan_detect(self, texts: Sequence[str], threshold: float | None = None,
                     types: Sequence[str] | None = None) -> Work[Detection]:

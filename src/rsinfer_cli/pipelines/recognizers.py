@@ -1,82 +1,220 @@
-"""Deterministic PII recognizers for formats with an exact shape (and a checksum where one exists).
+"""Deterministic PII recognizers for formats with an exact shape, validated by the libraries that know them.
 
-Small token classifiers label these unreliably (an address in pieces, or not at all inside a paragraph); a
-pattern finds all of them. Their spans win over overlapping model spans, as in Presidio and in the rampart
-model's own package.
+Small token classifiers label these unreliably (a phone number in a format they were not trained on, an IBAN inside
+a paragraph); a recognizer finds every one that validates. What validates is not written here: phone numbers are
+Google's libphonenumber (`phonenumbers`, leniency VALID: a number of a real numbering plan, for every configured
+region, and `+` numbers always); IBANs, card numbers (Luhn) and national ids are python-stdnum's check digits;
+IPv4 and IPv6 are the standard library's `ipaddress`. A regular expression only proposes candidates. A number that
+fails its check is not PII to a recognizer (the model may still label it). Matches win over overlapping model spans
+(as in Presidio), and of overlapping matches the checksum-validated type wins.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-RECOGNIZERS = ("email", "url", "ip_address", "ssn", "credit_card")
-TYPES = {"email": "EMAIL", "url": "URL", "ip_address": "IP_ADDRESS", "ssn": "SSN", "credit_card": "CREDIT_CARD_NUMBER"}
+RECOGNIZERS = ("email", "url", "ip_address", "ssn", "credit_card", "phone", "iban", "national_id")
+DEFAULT_RECOGNIZERS = ("email", "url", "ip_address", "ssn", "credit_card", "phone", "iban")
+TYPES = {"email": "EMAIL", "url": "URL", "ip_address": "IP_ADDRESS", "ssn": "SSN", "credit_card": "CREDIT_CARD_NUMBER",
+         "phone": "PHONE", "iban": "IBAN", "national_id": "NATIONAL_ID"}
+
+
+@dataclass(frozen=True)
+class Match:
+    entity_type: str
+    start: int                      # code point offsets, end exclusive
+    end: int
+    scheme: str | None = None       # NATIONAL_ID: which one (DE_IDNR, FR_NIR, ...)
+
 
 _EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
                     r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}(?![\w-])")
 _URL = re.compile(r"\b(?:https?://|www\.)[^\s<>\"'`]+", re.IGNORECASE)
-_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-_IP = re.compile(rf"(?<![\d.]){_OCTET}(?:\.{_OCTET}){{3}}(?!\.?\d)")
-_SSN = re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])")
-_CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
+_IPV4 = re.compile(r"(?<![\w.:])\d{1,3}(?:\.\d{1,3}){3}(?![\w:]|\.\d)")
+_IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|\d{1,3}(?:\.\d{1,3}){3})?"
+                   r"(?![\w:]|\.\d)")
+_SSN = re.compile(r"(?<![\d-])\d{3}-\d{2}-\d{4}(?![\d-])")
+_CARD = re.compile(r"(?<![\d+-])\d(?:[ -]?\d){11,18}(?![\d-])")
+_IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]){10,32}(?![A-Za-z0-9])")
+# issuer prefixes (the first digits) of the card networks, with their lengths
+_ISSUERS: tuple[tuple[tuple[int, int], tuple[int, ...], tuple[int, ...]], ...] = (
+    ((4, 4), (13, 16, 19), ()),                    # Visa
+    ((51, 55), (16,), ()), ((2221, 2720), (16,), ()),                  # Mastercard
+    ((34, 34), (15,), ()), ((37, 37), (15,), ()),                      # American Express
+    ((6011, 6011), (16, 17, 18, 19), ()), ((644, 649), (16, 17, 18, 19), ()), ((65, 65), (16, 17, 18, 19), ()),
+    ((3528, 3589), (16, 17, 18, 19), ()),          # JCB
+    ((300, 305), (14, 15, 16, 17, 18, 19), ()), ((36, 36), (14, 15, 16, 17, 18, 19), ()),
+    ((38, 39), (14, 15, 16, 17, 18, 19), ()),      # Diners Club
+    ((62, 62), (16, 17, 18, 19), ()),              # UnionPay
+    ((50, 50), tuple(range(12, 20)), ()), ((56, 58), tuple(range(12, 20)), ()), ((67, 67), tuple(range(12, 20)), ()),
+)
 
 
-def _luhn(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch)
-        if i % 2:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
+def _issuer_ok(digits: str) -> bool:
+    for (lo, hi), lengths, _ in _ISSUERS:
+        width = len(str(lo))
+        if len(digits) in lengths and lo <= int(digits[:width]) <= hi:
+            return True
+    return False
 
 
-def _emails(text: str) -> list[tuple[int, int]]:
-    return [m.span() for m in _EMAIL.finditer(text)]
+def _emails(text: str, regions: Sequence[str]) -> list[Match]:
+    return [Match("EMAIL", *m.span()) for m in _EMAIL.finditer(text)]
 
 
-def _urls(text: str) -> list[tuple[int, int]]:
-    out = []
+def _urls(text: str, regions: Sequence[str]) -> list[Match]:
+    out: list[Match] = []
     for m in _URL.finditer(text):
         a, b = m.span()
         while b > a and text[b - 1] in ".,;:!?)]}'\"":  # sentence punctuation after the address
             b -= 1
-        out.append((a, b))
+        out.append(Match("URL", a, b))
     return out
 
 
-def _ips(text: str) -> list[tuple[int, int]]:
-    return [m.span() for m in _IP.finditer(text)]
+def _ips(text: str, regions: Sequence[str]) -> list[Match]:
+    out: list[Match] = []
+    for pattern in (_IPV4, _IPV6) if ":" in text else (_IPV4,):
+        for m in pattern.finditer(text):
+            try:
+                ipaddress.ip_address(m.group())
+            except ValueError:
+                continue
+            out.append(Match("IP_ADDRESS", *m.span()))
+    return out
 
 
-def _ssns(text: str) -> list[tuple[int, int]]:
-    return [m.span() for m in _SSN.finditer(text)]
+def _ssns(text: str, regions: Sequence[str]) -> list[Match]:
+    from stdnum.us import ssn
+
+    return [Match("SSN", *m.span()) for m in _SSN.finditer(text) if ssn.is_valid(m.group())]
 
 
-def _cards(text: str) -> list[tuple[int, int]]:
-    out = []
+def _cards(text: str, regions: Sequence[str]) -> list[Match]:
+    from stdnum import luhn
+
+    out: list[Match] = []
     for m in _CARD.finditer(text):
         digits = re.sub(r"\D", "", m.group())
-        if 13 <= len(digits) <= 19 and _luhn(digits):
-            out.append(m.span())
+        if 13 <= len(digits) <= 19 and _issuer_ok(digits) and luhn.is_valid(digits):
+            out.append(Match("CREDIT_CARD_NUMBER", *m.span()))
     return out
 
 
-FINDERS: dict[str, Callable[[str], list[tuple[int, int]]]] = {
-    "email": _emails, "url": _urls, "ip_address": _ips, "ssn": _ssns, "credit_card": _cards,
+def _phones(text: str, regions: Sequence[str]) -> list[Match]:
+    if sum(ch.isdigit() for ch in text) < 6:      # no phone number has fewer digits: skip the matcher
+        return []
+    import phonenumbers
+
+    seen: set[tuple[int, int]] = set()
+    out: list[Match] = []
+    for region in (*regions, "ZZ"):              # ZZ: only numbers written with their + country code
+        for m in phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.VALID):
+            start = m.start
+            if text[start] == "(" and m.raw_string.count("(") > m.raw_string.count(")"):
+                start += 1       # "(0121 234 5309)": the matcher keeps the opening bracket, not the closing one
+            if (start, m.end) not in seen:
+                seen.add((start, m.end))
+                out.append(Match("PHONE", start, m.end))
+    return out
+
+
+def _ibans(text: str, regions: Sequence[str]) -> list[Match]:
+    from stdnum import iban
+
+    out: list[Match] = []
+    for m in _IBAN.finditer(text):
+        value, start = m.group(), m.start()
+        for end in range(len(value), 14, -1):     # the longest prefix that validates: a group after it is not its
+            if (end == len(value) or value[end] == " ") and iban.is_valid(value[:end]):
+                out.append(Match("IBAN", start, start + end))
+                break
+    return out
+
+
+def _schemes() -> dict[str, list[tuple[str, re.Pattern[str], Callable[[str], bool]]]]:
+    """Region → (scheme, candidate pattern, python-stdnum validator) of its national ids with check digits."""
+    from stdnum.de import idnr
+    from stdnum.es import dni, nie
+    from stdnum.fr import nir
+    from stdnum.gb import nhs
+    from stdnum.in_ import aadhaar
+    from stdnum.it import codicefiscale
+    from stdnum.nl import bsn
+    from stdnum.pl import pesel
+
+    b, e = r"(?<![\w+.-])", r"(?![\w-]|[.,]\d)"
+    return {
+        "GB": [("GB_NHS", re.compile(rf"{b}\d{{3}}[ -]?\d{{3}}[ -]?\d{{4}}{e}"), nhs.is_valid)],
+        "DE": [("DE_IDNR", re.compile(rf"{b}\d{{2}} ?\d{{3}} ?\d{{3}} ?\d{{3}}{e}"), idnr.is_valid)],
+        "FR": [("FR_NIR", re.compile(rf"{b}[12] ?\d{{2}} ?\d{{2}} ?(?:\d{{2}}|2[AB]) ?\d{{3}} ?\d{{3}} ?\d{{2}}{e}"),
+                nir.is_valid)],
+        "ES": [("ES_DNI", re.compile(rf"{b}\d{{8}}-?[A-Z]{e}"), dni.is_valid),
+               ("ES_NIE", re.compile(rf"{b}[XYZ]-?\d{{7}}-?[A-Z]{e}"), nie.is_valid)],
+        "IN": [("IN_AADHAAR", re.compile(rf"{b}[2-9]\d{{3}} ?\d{{4}} ?\d{{4}}{e}"), aadhaar.is_valid)],
+        "NL": [("NL_BSN", re.compile(rf"{b}(?:\d{{9}}|\d{{4}}\.\d{{2}}\.\d{{3}}){e}"), bsn.is_valid)],
+        "IT": [("IT_CF", re.compile(rf"{b}[A-Z]{{6}}\d{{2}}[A-EHLMPR-T]\d{{2}}[A-Z]\d{{3}}[A-Z]{e}"),
+                codicefiscale.is_valid)],
+        "PL": [("PL_PESEL", re.compile(rf"{b}\d{{11}}{e}"), pesel.is_valid)],
+    }
+
+
+_SCHEMES: dict[str, list[tuple[str, re.Pattern[str], Callable[[str], bool]]]] | None = None
+ID_REGIONS = ("GB", "DE", "FR", "ES", "IN", "NL", "IT", "PL")   # US ids are the `ssn` recognizer's
+
+
+def _national_ids(text: str, regions: Sequence[str]) -> list[Match]:
+    global _SCHEMES
+    if _SCHEMES is None:
+        _SCHEMES = _schemes()
+    out: list[Match] = []
+    for region in regions:
+        for scheme, pattern, valid in _SCHEMES.get(region, ()):
+            out.extend(Match("NATIONAL_ID", *m.span(), scheme=scheme) for m in pattern.finditer(text)
+                       if valid(m.group()))
+    return out
+
+
+FINDERS: dict[str, Callable[[str, Sequence[str]], list[Match]]] = {
+    "url": _urls, "email": _emails, "iban": _ibans, "credit_card": _cards, "national_id": _national_ids,
+    "ssn": _ssns, "ip_address": _ips, "phone": _phones,
 }
+# of overlapping matches the first type here wins: a checksum beats a shape, a shape beats phone metadata
+PRIORITY = {name: i for i, name in enumerate(FINDERS)}
 
 
-def recognize(text: str, names: tuple[str, ...]) -> list[tuple[str, int, int]]:
-    """(entity type, start, end) of every match, in code point offsets; a URL's own email is not repeated."""
-    found: list[tuple[str, int, int]] = []
+def check_regions(regions: Sequence[str]) -> list[str]:
+    """The regions neither phonenumbers nor a national-id scheme knows."""
+    import phonenumbers
+
+    known = set(phonenumbers.SUPPORTED_REGIONS) | set(ID_REGIONS)
+    return [r for r in regions if r not in known]
+
+
+def recognize(text: str, names: Sequence[str], regions: Sequence[str] = ("US",)) -> list[Match]:
+    """Every validated match of the recognizers `names`, in order of start; overlapping matches resolved by type
+    priority (then length), so an email inside a URL or a phone-shaped IBAN is reported once."""
+    found: list[tuple[int, Match]] = []
     for name in names:
-        found.extend((TYPES[name], a, b) for a, b in FINDERS[name](text))
-    found.sort(key=lambda s: (s[1], -(s[2] - s[1])))
-    kept: list[tuple[str, int, int]] = []
-    for span in found:  # a match inside a longer one (an email in a URL) is dropped
-        if kept and span[1] < kept[-1][2]:
+        found.extend((PRIORITY[name], m) for m in FINDERS[name](text, regions))
+    found.sort(key=lambda pm: (pm[0], -(pm[1].end - pm[1].start), pm[1].start))
+    # digits inside something shaped like an IBAN whose check failed are a mistyped IBAN, not a phone or an id
+    shaped = [m.span() for m in _IBAN.finditer(text)] if any(n in names for n in ("iban",)) else []
+    kept: list[Match] = []
+    for _, m in found:
+        if m.entity_type != "IBAN" and any(m.start < b and a < m.end for a, b in shaped):
             continue
-        kept.append(span)
-    return kept
+        if not any(m.start < k.end and k.start < m.end for k in kept):
+            kept.append(m)
+    return sorted(kept, key=lambda m: (m.start, m.end))
+
+
+def to_json(m: Match) -> dict[str, Any]:
+    out: dict[str, Any] = {"entity_type": m.entity_type, "start": m.start, "end": m.end}
+    if m.scheme is not None:
+        out["scheme"] = m.scheme
+    return out
