@@ -112,7 +112,8 @@ def _phones(text: str, regions: Sequence[str]) -> list[Match]:
 
     seen: set[tuple[int, int]] = set()
     out: list[Match] = []
-    for region in (*regions, "ZZ"):              # ZZ: only numbers written with their + country code
+    # ZZ: the numbers written with their + country code, whatever the regions (none without a +)
+    for region in (*regions, "ZZ") if "+" in text else regions:
         for m in phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.VALID):
             start = m.start
             if text[start] == "(" and m.raw_string.count("(") > m.raw_string.count(")"):
