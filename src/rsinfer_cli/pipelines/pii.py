@@ -421,6 +421,9 @@ class PiiPipeline(TextPipeline):
                                  f"has {len(self.labels)}", model=cfg.name)
         self.recognizers = opts.pii_recognizers
         self.regions = tuple(r.upper() for r in opts.pii_regions)
+        # load phonenumbers' metadata and python-stdnum's tables now, not on the first request (~50 ms)
+        recognize("+1 415 555 0100, DE89 3704 0044 0532 0130 00, 4111 1111 1111 1111", self.recognizers,
+                  self.regions)
         self.merge = opts.pii_merge
         self.gap_threshold = opts.address_gap_threshold
         model_types = {parse_tag(label)[1] for label in self.labels} - {""}

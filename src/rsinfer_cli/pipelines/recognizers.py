@@ -39,6 +39,7 @@ _IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|\d
                    r"(?![\w:]|\.\d)")
 _SSN = re.compile(r"(?<![\d-])\d{3}-\d{2}-\d{4}(?![\d-])")
 _CARD = re.compile(r"(?<![\d+-])\d(?:[ -]?\d){11,18}(?![\d-])")
+_SIX_DIGITS = re.compile(r"\d(?:\D{0,4}\d){5}")
 _IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]){10,32}(?![A-Za-z0-9])")
 # issuer prefixes (the first digits) of the card networks, with their lengths
 _ISSUERS: tuple[tuple[tuple[int, int], tuple[int, ...], tuple[int, ...]], ...] = (
@@ -106,7 +107,7 @@ def _cards(text: str, regions: Sequence[str]) -> list[Match]:
 
 
 def _phones(text: str, regions: Sequence[str]) -> list[Match]:
-    if sum(ch.isdigit() for ch in text) < 6:      # no phone number has fewer digits: skip the matcher
+    if _SIX_DIGITS.search(text) is None:          # no phone number has fewer than six digits close together
         return []
     import phonenumbers
 
