@@ -27,6 +27,29 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU so far of a process and every descendant, by pid (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    out: dict[int, float] = {}
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            out[p] = cpu_seconds(p)
+        except OSError:
+            continue
+        todo.extend(children.get(p, ()))
+    return out
+
+
 def inference_sum(url: str, model: str = "mini") -> float:
     """The forwards' time so far (rsinfer_inference_seconds_sum) of a model, from the server's /metrics."""
     import re

@@ -139,10 +139,16 @@ async def drive(url: str, route: str, bodies: list[dict], clients: int, max_s: f
     """`clients` keep-alive connections, each sending its next request when the previous answer is in. A bare
     HTTP/1.1 client on asyncio streams: the load generator shares the 2 cores with the server, so it is kept
     as cheap as possible (aiohttp's client costs several times more CPU per request)."""
-    host, port = url.removeprefix("http://").split(":")
+    host = url.removeprefix("http://").split(":")[0]
     requests = [(f"POST {route} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
                  f"Content-Length: {len(p)}\r\n\r\n").encode() + p
                 for p in (json.dumps(b).encode() for b in bodies)]
+    return await drive_raw(url, requests, clients, max_s)
+
+
+async def drive_raw(url: str, requests: list[bytes], clients: int, max_s: float) -> dict:
+    """`drive` with the requests already written out (any headers and body, e.g. KServe's binary extension)."""
+    host, port = url.removeprefix("http://").split(":")
     lat: list[float] = []
     errors = 0
     i = 0

@@ -1,0 +1,187 @@
+"""The server CPU one small request costs: the whole process tree's user+sys CPU per request, from /proc.
+
+    .venv/bin/python benchmarks/overhead.py                       # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/overhead.py --before-src <checkout>/src   # the same, an older checkout beside
+
+Workloads, 64 clients on 127.0.0.1, each the next request when its answer is in: `add_one` ([1, 4] FP32, a forward of
+a few µs) over KServe v2 REST JSON, REST with the binary tensor extension, and gRPC (tritonclient.grpc.aio), and a
+one-token `/v1/embeddings` on all-MiniLM-L6-v2; each with `server.workers` 1 and 2. Reported: requests/s, CPU per
+request of the whole tree (front ends, engine, supervisor) and, with workers, of the engine process alone, and for
+the embedding its forward (rsinfer_inference_seconds) per request. Rounds: each configuration twice, the second
+pass in reverse order (ABBA), the spread shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _serve import Serve, append_results, free_port, inference_sum, tree_cpu_seconds
+from batching import ROOT, SHARED, drive_raw, machine
+
+ADD = SHARED / "tensor-models" / "add_one"
+MINI = SHARED / "all-minilm-l6-v2"
+CLIENTS = 64
+
+
+def _post(host: str, route: str, body: bytes, extra: str = "", ctype: str = "application/json") -> bytes:
+    return (f"POST {route} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {ctype}\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def kserve_json(host: str, n: int) -> list[bytes]:
+    return [_post(host, "/v2/models/add/infer", json.dumps({"inputs": [
+        {"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [float(i % 7), 2.0, 3.0, 4.0]}]}).encode())
+        for i in range(n)]
+
+
+def kserve_binary(host: str, n: int) -> list[bytes]:
+    out = []
+    for i in range(n):
+        head = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32",
+                                       "parameters": {"binary_data_size": 16}}],
+                           "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
+        body = head + struct.pack("<4f", float(i % 7), 2.0, 3.0, 4.0)
+        out.append(_post(host, "/v2/models/add/infer", body, f"Inference-Header-Content-Length: {len(head)}\r\n",
+                         "application/octet-stream"))
+    return out
+
+
+def embed_one_token(host: str, n: int) -> list[bytes]:
+    words = ["hi", "yes", "no", "ok", "cat", "dog", "sun", "sea"]
+    return [_post(host, "/v1/embeddings", json.dumps({"model": "mini", "input": words[i % 8]}).encode())
+            for i in range(n)]
+
+
+async def grpc_load(target: str, max_s: float) -> dict:
+    import numpy as np
+    import tritonclient.grpc.aio as tg
+
+    client = tg.InferenceServerClient(target)
+    data = np.array([[1, 2, 3, 4]], dtype=np.float32)
+    done = errors = 0
+    deadline = time.monotonic() + max_s
+
+    async def one() -> None:
+        nonlocal done, errors
+        while time.monotonic() < deadline:
+            inp = tg.InferInput("INPUT0", [1, 4], "FP32")
+            inp.set_data_from_numpy(data)
+            try:
+                await client.infer("add", [inp])
+                done += 1
+            except Exception:  # noqa: BLE001 - counted, the run goes on
+                errors += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(CLIENTS)))
+    elapsed = time.perf_counter() - t0
+    await client.close()
+    return {"requests": done, "errors": errors, "rps": done / elapsed}
+
+
+def config(workers: int, grpc_port: int) -> tuple[str, str]:
+    models = (f"  - {{name: add, kind: tensor, path: '{ADD}'}}\n"
+              f"  - {{name: mini, kind: embedding, path: '{MINI}'}}\n")
+    server = f"max_queue: 4096, workers: {workers}, grpc_bind: '127.0.0.1:{grpc_port}'"
+    return models, server
+
+
+def engine_pid(tree: dict[int, float], root: int) -> int | None:
+    """The engine child of a worker tree: the process named rsinfer-<device> (front ends are rsinfer-frontN)."""
+    for pid in tree:
+        if pid == root:
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                name = f.read().strip()
+            if name.startswith("rsinfer-") and not name.startswith("rsinfer-front"):
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def measure(src: Path | None, workers: int, max_s: float, tmp: Path, label: str) -> dict[str, dict]:
+    grpc_port = free_port()
+    models, server = config(workers, grpc_port)
+    srv = Serve(models, tmp, server, name=f"overhead-{label}-{workers}", src=src)
+    host = "127.0.0.1"
+    out: dict[str, dict] = {}
+    try:
+        loads = {"KServe JSON add_one": kserve_json(host, 200_000),
+                 "KServe binary add_one": kserve_binary(host, 200_000),
+                 "KServe gRPC add_one": None, "one-token /v1/embeddings": embed_one_token(host, 200_000)}
+        for name, requests in loads.items():
+            warm = asyncio.run(drive_raw(srv.url, requests[:500], 8, 5)) if requests else None
+            del warm
+            tree0 = tree_cpu_seconds(srv.proc.pid)
+            f0 = inference_sum(srv.url, "mini")
+            if requests is None:
+                r = asyncio.run(grpc_load(f"127.0.0.1:{grpc_port}", max_s))
+            else:
+                r = asyncio.run(drive_raw(srv.url, requests, CLIENTS, max_s))
+            tree1 = tree_cpu_seconds(srv.proc.pid)
+            f1 = inference_sum(srv.url, "mini")
+            n = max(r["requests"], 1)
+            eng = engine_pid(tree1, srv.proc.pid) if workers > 1 else None
+            out[name] = {
+                "rps": r["rps"], "errors": r["errors"],
+                "cpu_us": 1e6 * sum(tree1[p] - tree0.get(p, 0.0) for p in tree1) / n,
+                "engine_us": 1e6 * (tree1[eng] - tree0.get(eng, 0.0)) / n if eng else None,
+                "forward_us": 1e6 * (f1 - f0) / n if "embeddings" in name else None,
+            }
+    finally:
+        srv.stop()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--before-src", type=Path)
+    ap.add_argument("--max-seconds", type=float, default=12)
+    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
+    args = ap.parse_args()
+    sides = ([("before", args.before_src)] if args.before_src else []) + [("now", None)]
+    plan = [(side, src, int(w)) for w in args.workers.split(",") for side, src in sides]
+    runs: dict[tuple[str, int], list[dict[str, dict]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, order in enumerate((plan, plan[::-1])):            # ABBA
+            for side, src, workers in order:
+                runs.setdefault((side, workers), []).append(measure(src, workers, args.max_seconds, Path(tmp),
+                                                                    f"{side}{k}"))
+    lines = ["", "## Server CPU per small request", "",
+             f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/overhead.py"
+             f"{' --before-src <checkout>/src' if args.before_src else ''}` ({CLIENTS} clients on 127.0.0.1, "
+             f"{args.max_seconds:.0f} s per workload, every configuration twice in ABBA order; CPU = the whole "
+             "process tree's user+sys from /proc per answered request; the load generator shares the machine). "
+             "Each cell: the mean of the two passes, their spread in brackets.", "",
+             "| workload | side | workers | requests/s | CPU µs/request | engine µs/request | forward µs/request "
+             "| errors |", "|---|---|---|---|---|---|---|---|"]
+
+    def cell(values: list[float], fmt: str) -> str:
+        mean = sum(values) / len(values)
+        return f"{mean:{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]" if len(values) > 1 else f"{mean:{fmt}}"
+
+    names = list(next(iter(runs.values()))[0])
+    for name in names:
+        for (side, workers), passes in runs.items():
+            rows = [p[name] for p in passes]
+            eng = [r["engine_us"] for r in rows if r["engine_us"] is not None]
+            fwd = [r["forward_us"] for r in rows if r["forward_us"] is not None]
+            lines.append(f"| {name} | {side} | {workers} | {cell([r['rps'] for r in rows], '.0f')} | "
+                         f"{cell([r['cpu_us'] for r in rows], '.0f')} | {cell(eng, '.0f') if eng else '-'} | "
+                         f"{cell(fwd, '.0f') if fwd else '-'} | {sum(r['errors'] for r in rows)} |")
+    lines.append("")
+    return append_results(args.out, lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
