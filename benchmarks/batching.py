@@ -158,7 +158,7 @@ async def drive_raw(url: str, requests: list[bytes], clients: int, max_s: float)
         writer.write(raw)
         head = await reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
-        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        length = int(head.lower().split(b"\r\ncontent-length:")[1].split(b"\r\n")[0])   # not inference-header-…
         await reader.readexactly(length)
         return status
 
