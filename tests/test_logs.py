@@ -89,10 +89,13 @@ def test_json_logs_and_request_ids(tmp_path, workers):
     assert tensor["route"] == "/v2/models/{model}/infer" and tensor["model"] == "add" and tensor["rows"] == 1
     assert access["client-id-3"]["status"] == 401 and access["client-id-4"]["status"] == 400
     assert access[got["replaced"].headers["x-request-id"]]["status"] == 200
+    # uvloop by default where it is installed (every process: the server, or each front end and the engine)
+    loops = [x["msg"] for x in lines if x["msg"].startswith("event loop:")]
+    assert loops and set(loops) == {"event loop: uvloop"} and len(loops) == (1 if workers == 1 else workers + 1)
 
 
 def test_access_log_off_and_text_format(tmp_path):
-    srv = ServeProcess(config(tmp_path, access_log=False), free_port())
+    srv = ServeProcess(config(tmp_path, access_log=False, event_loop="asyncio"), free_port())
     try:
         srv.wait_ready(120)
         with httpx.Client(base_url=srv.url, timeout=30) as c:
@@ -105,6 +108,7 @@ def test_access_log_off_and_text_format(tmp_path):
     assert not [ln for ln in srv.lines if "rsinfer.access" in ln]
     assert not json_lines(srv.lines)                            # text by default
     assert any("rsinfer.engine: thread plan:" in ln for ln in srv.lines)
+    assert any("event loop: asyncio" in ln for ln in srv.lines)           # server.event_loop: asyncio
 
 
 def test_grpc_request_id_through_metadata(tmp_path):

@@ -105,6 +105,8 @@ class ServerConfig:
     # an api_keys entry may be {key, rate_limit}: its own limit, by the key's position (set by parse_config)
     key_limits: tuple[tuple[int, RateLimitConfig], ...] = field(default=(), metadata={"internal": True})
     access_log: bool = True               # one line per request at info (method, route, status, timings; no body)
+    # auto: uvloop where it is installed (a default dependency on Linux and macOS), else asyncio's own loop
+    event_loop: str = _opt("auto", choices=("auto", "uvloop", "asyncio"))
 
     @property
     def host(self) -> str:

@@ -6,7 +6,8 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -19,6 +20,7 @@ from .routes.common import STATE
 from .systemd import Notifier
 
 log = logging.getLogger("rsinfer.server")
+T = TypeVar("T")
 
 
 async def serve_app(app: web.Application, host: str, port: int, drain_s: float, notifier: Notifier, *,
@@ -89,6 +91,24 @@ def drain_seconds(config: Config) -> float:
     return (config.server.shutdown_delay_ms + config.server.request_timeout_ms) / 1000 + 1
 
 
+def run_loop(main: Coroutine[Any, Any, T], choice: str = "auto") -> T:
+    """asyncio.run with the event loop `server.event_loop` names: uvloop (libuv; measured in benchmarks/overhead.py)
+    when installed and not turned off, else asyncio's. A front end, an engine and the one-process server all run
+    on it."""
+    if choice in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise ConfigError("server.event_loop: uvloop is not installed (pip install uvloop)") from None
+        else:
+            log.info("event loop: uvloop")
+            result: T = uvloop.run(main)
+            return result
+    log.info("event loop: asyncio")
+    return asyncio.run(main)
+
+
 def serve(config: Config, host: str | None = None, port: int | None = None) -> None:
     """The daemon in one process (`rsinfer serve` chooses between this and worker processes: cli/serve.py; the
     server package never imports workers/, which builds on it)."""
@@ -103,7 +123,7 @@ def serve(config: Config, host: str | None = None, port: int | None = None) -> N
     # interval a busy event loop can keep a replica idle that long. 1 ms keeps replicas fed.
     sys.setswitchinterval(0.001)
     try:
-        asyncio.run(serve_app(app, host or config.server.host, port or config.server.port, drain_seconds(config),
-                              notifier))
+        run_loop(serve_app(app, host or config.server.host, port or config.server.port, drain_seconds(config),
+                           notifier), config.server.event_loop)
     finally:
         notifier.close()

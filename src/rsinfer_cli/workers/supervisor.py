@@ -144,7 +144,9 @@ def engine_main(config: Config, device: str, address: str, conn: Any, level: int
         _stop_when_readable(conn, stop)
         await server.serve(address, stop, ready=lambda: conn.send(("ready", None)))
 
-    asyncio.run(run())
+    from ..server.run import run_loop
+
+    run_loop(run(), config.server.event_loop)
 
 
 def frontend_main(config: Config, index: int, host: str, port: int, engines: list[str], board: Any,
@@ -152,7 +154,7 @@ def frontend_main(config: Config, index: int, host: str, port: int, engines: lis
     """A front-end process: connect to the engines, bind the shared ports, serve until SIGTERM/SIGINT or the
     supervisor's end, drain."""
     _child(level, f"rsinfer-front{index}", config.server.log_format)
-    from ..server.run import drain_seconds, serve_app
+    from ..server.run import drain_seconds, run_loop, serve_app
     from ..server.systemd import Notifier
     from .frontend import connect, frontend_app
 
@@ -176,7 +178,7 @@ def frontend_main(config: Config, index: int, host: str, port: int, engines: lis
             board[index] = 0
 
     try:
-        asyncio.run(run())
+        run_loop(run(), config.server.event_loop)
     except RsinferError as exc:
         conn.send(("error", ipc.error_to_wire(exc)))
         sys.exit(2)
