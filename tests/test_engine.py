@@ -366,3 +366,52 @@ def test_padding_limit_starts_a_new_batch():
     assert plan_batches([5, 5, 6, 26, 27], 64, 8192, max_padding=16) == [[0, 1, 2], [3, 4]]
     assert plan_batches([5, 5, 6, 26, 27], 64, 8192) == [[0, 1, 2, 3, 4]]
     assert plan_batches([3, 3, 4, 10, 10], 4, 20, max_padding=16) == [[0, 1, 2], [3, 4]]  # rs-infer's split holds
+
+
+class TestInlineForwards:
+    """A model whose forwards take a few µs runs its direct requests on the event loop (a thread hop costs more);
+    one whose forwards are slower keeps them on worker threads, and a model that turns slow goes back to them."""
+
+    def test_tiny_forwards_move_to_the_loop_and_slow_ones_back(self):
+        import threading
+        import time as _time
+
+        from rsinfer_cli.engine import scheduler as sched
+
+        delay = [0.0]
+
+        def forward(session, rows):
+            if delay[0]:
+                _time.sleep(delay[0])
+            return [threading.get_ident() for _ in rows]
+
+        async def threads(s, n):
+            out = []
+            for _ in range(n):
+                out.append(await s.run(lambda runner: runner.forward(["r"], [1])[0]))
+            return out
+
+        async def main():
+            s = Scheduler("m", ["s1"], forward, EXECUTOR, batching=False, max_rows=8, max_tokens=512, max_queue=4,
+                          queue_timeout_s=5)
+            loop_thread = threading.get_ident()
+            first = await threads(s, sched.INLINE_AFTER)
+            assert loop_thread not in first                       # measured on worker threads first
+            later = await threads(s, 5)
+            assert set(later) == {loop_thread}                    # then on the loop
+            delay[0] = 0.002                                      # the model turns slow: back to the threads
+            slow = await threads(s, 40)
+            assert slow[-1] != loop_thread
+            await settled(s)
+            delay[0] = 0.0
+            assert (await threads(s, 60))[-1] == loop_thread      # fast again: the loop again
+
+            def failing(runner):
+                runner.forward(["r"], [1])
+                raise ValueError("bad row")
+
+            with pytest.raises(ValueError, match="bad row"):      # an error on the loop still reaches its caller
+                await s.run(failing)
+            assert s.running == 0 and await threads(s, 1) == [loop_thread]
+
+        asyncio.run(asyncio.wait_for(main(), 20))

@@ -87,6 +87,9 @@ class ModelQueue(Protocol):
     def stop(self) -> None: ...
 
 
+INLINE_FORWARD_S = 50e-6    # a model whose direct forwards average less than this runs them on the event loop
+INLINE_AFTER = 16           # forwards measured (on worker threads) before that is decided
+
 # a request's own numbers, for its log line: the caller (the HTTP middleware) sets a dict here, and every job of the
 # request adds its queue wait and forward time (ms) to it
 REQUEST_STATS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("rsinfer_request_stats",
@@ -147,7 +150,10 @@ class Runner:
             self._job.ran(t0, t1)
         if self._observer is not None:
             self._observer.forward(len(rows), len(rows) * max(costs, default=1), t1 - t0)
+        self.took = t1 - t0
         return out
+
+    took = 0.0      # the last forward's seconds (the scheduler learns from it how long this model's forwards take)
 
 
 def as_is(outputs: list[Any]) -> list[Any]:
@@ -196,6 +202,11 @@ class Scheduler:
         self.queued_rows = 0
         self.running = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        # a running mean of the direct forwards' time: a request whose forward takes a few µs (a small tensor
+        # graph) is run on the event loop itself, since handing it to a worker thread and back costs more CPU than
+        # the forward (benchmarks/overhead.py); anything slower keeps the thread hop, and the loop stays free
+        self._forward_s = 1.0
+        self._forwards = 0
 
     @classmethod
     def for_model(cls, key: str, model: Any, pipe: Forwarding, executor: Executor, *,
@@ -356,7 +367,11 @@ class Scheduler:
                 self._start(head)
                 self._purge()
                 session = self._take(wide=not queue and self._alone())
-                self._launch(session, self._run_direct, (head, Runner(session, self.forward, self.observer, head)))
+                arg = (head, Runner(session, self.forward, self.observer, head))
+                if self._forwards >= INLINE_AFTER and self._forward_s < INLINE_FORWARD_S:
+                    self._inline(session, arg)
+                else:
+                    self._launch(session, self._run_direct, arg)
             else:
                 self._stage(slots)
 
@@ -416,6 +431,37 @@ class Scheduler:
         fut = loop.run_in_executor(self.executor, fn, session, arg)
         fut.add_done_callback(lambda f: self._release(session, f))
 
+    def _inline(self, session: Session, arg: tuple[_Job, Runner]) -> None:
+        """A direct job run here, on the event-loop thread (its forwards take a few µs)."""
+        job, runner = arg
+        self.running += 1
+        try:
+            result = job.direct(runner) if job.direct else None
+        except Cancelled:
+            result = None
+            job.done = True
+        except Exception as exc:  # noqa: BLE001 - handed to its caller
+            self._learn(runner)
+            self._give_back(session)
+            self._fail(job, exc)
+            return
+        self._learn(runner)
+        self._give_back(session)
+        self._answer([(job, result, None)])
+
+    def _learn(self, runner: Runner) -> None:
+        if runner.took:
+            self._forwards += 1
+            self._forward_s += (runner.took - self._forward_s) * (1.0 if self._forwards == 1 else 0.1)
+
+    def _give_back(self, session: Session) -> None:
+        self.running -= 1
+        wide = session is self.wide
+        if not wide:
+            self._idle.append(session)
+        if self.budget is not None:
+            self.budget.give(self.budget.total if wide else self.cost)
+
     def _release(self, session: Session, fut: asyncio.Future[None]) -> None:
         self.running -= 1
         if not fut.cancelled() and fut.exception() is not None:  # a bug in the scheduler itself: say so
@@ -441,6 +487,8 @@ class Scheduler:
             pass  # nobody waits for it
         except Exception as exc:  # noqa: BLE001 - handed to its caller
             self._post([(job, None, exc)])
+        finally:
+            self._learn(runner)   # (a float and an int: a stale read by the loop only delays the switch)
 
     def _run_train(self, session: Session, train: list[list[tuple[_Job, int]]]) -> None:
         """Each forward of the train; the requests it completes are answered as it completes them."""
