@@ -415,3 +415,22 @@ class TestInlineForwards:
             assert s.running == 0 and await threads(s, 1) == [loop_thread]
 
         asyncio.run(asyncio.wait_for(main(), 20))
+
+    def test_batched_rows_of_a_tiny_model_run_on_the_loop(self):
+        import threading
+
+        from rsinfer_cli.engine import scheduler as sched
+        from rsinfer_cli.engine.scheduler import as_is
+
+        async def main():
+            s = Scheduler("m", ["s1", "s2"], lambda session, rows: [threading.get_ident() for _ in rows], EXECUTOR,
+                          batching=True, max_rows=8, max_tokens=512, max_queue=64, queue_timeout_s=5)
+            loop_thread = threading.get_ident()
+            first = [await s.submit(["a", "b"], [1, 1], as_is) for _ in range(sched.INLINE_AFTER)]   # one forward each
+            assert loop_thread not in first[0]                  # measured on worker threads first
+            await settled(s)
+            later = await asyncio.gather(*(s.submit(["a", "b", "c"], [1, 2, 3], as_is) for _ in range(10)))
+            assert {t for out in later for t in out} == {loop_thread} and all(len(out) == 3 for out in later)
+            assert s.running == 0 and s.queued_rows == 0
+
+        asyncio.run(asyncio.wait_for(main(), 20))

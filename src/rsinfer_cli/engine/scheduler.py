@@ -207,6 +207,7 @@ class Scheduler:
         # the forward (benchmarks/overhead.py); anything slower keeps the thread hop, and the loop stays free
         self._forward_s = 1.0
         self._forwards = 0
+        self._loop_thread = 0
 
     @classmethod
     def for_model(cls, key: str, model: Any, pipe: Forwarding, executor: Executor, *,
@@ -271,6 +272,7 @@ class Scheduler:
     def _get_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
         return self._loop
 
     def _admit(self, job: _Job, rows: int) -> _Job:
@@ -368,7 +370,7 @@ class Scheduler:
                 self._purge()
                 session = self._take(wide=not queue and self._alone())
                 arg = (head, Runner(session, self.forward, self.observer, head))
-                if self._forwards >= INLINE_AFTER and self._forward_s < INLINE_FORWARD_S:
+                if self._tiny():
                     self._inline(session, arg)
                 else:
                     self._launch(session, self._run_direct, arg)
@@ -415,6 +417,14 @@ class Scheduler:
             return
         share = min(max(math.ceil(len(staged) / idle), 1), self.max_rows)
         chunks = plan_batches([job.costs[i] for job, i in staged], share, self.max_tokens, self.max_padding)
+        if self._tiny():                    # forwards of a few µs: all of them here, now, in one train
+            session = self._take()
+            self.running += 1
+            try:
+                self._run_train(session, [[staged[i] for i in c] for c in chunks])
+            finally:
+                self._give_back(session)
+            return
         if len(chunks) == 1 and self._alone():
             self._purge()
             if not queue:
@@ -449,10 +459,17 @@ class Scheduler:
         self._give_back(session)
         self._answer([(job, result, None)])
 
+    def _tiny(self) -> bool:
+        """This model's forwards take a few µs (measured): run them on the event loop, not a worker thread."""
+        return self._forwards >= INLINE_AFTER and self._forward_s < INLINE_FORWARD_S
+
     def _learn(self, runner: Runner) -> None:
         if runner.took:
-            self._forwards += 1
-            self._forward_s += (runner.took - self._forward_s) * (1.0 if self._forwards == 1 else 0.1)
+            self._took(runner.took)
+
+    def _took(self, seconds: float) -> None:
+        self._forwards += 1
+        self._forward_s += (seconds - self._forward_s) * (1.0 if self._forwards == 1 else 0.1)
 
     def _give_back(self, session: Session) -> None:
         self.running -= 1
@@ -477,7 +494,10 @@ class Scheduler:
 
     def _post(self, results: list[tuple[_Job, Any, BaseException | None]]) -> None:
         if results:
-            self._get_loop().call_soon_threadsafe(self._answer, results)
+            if threading.get_ident() == self._loop_thread:     # a train run on the loop itself
+                self._answer(results)
+            else:
+                self._get_loop().call_soon_threadsafe(self._answer, results)
 
     def _run_direct(self, session: Session, arg: tuple[_Job, Runner]) -> None:
         job, runner = arg
@@ -504,6 +524,7 @@ class Scheduler:
                 self._post([(job, None, exc) for job in dict.fromkeys(job for job, _ in live)])
                 continue
             t1 = time.perf_counter()
+            self._took(t1 - t0)
             for job in dict.fromkeys(job for job, _ in live):
                 job.ran(t0, t1)
             if self.observer is not None:
