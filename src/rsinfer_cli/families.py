@@ -205,8 +205,8 @@ register(Family(kind="tensor", summary="any ONNX graph as named tensors (KServe 
 #     [project.entry-points."rsinfer.families"]
 #     logits = "rsinfer_logits:FAMILY"
 # Finding entry points imports importlib.metadata and reads every installed distribution (30-60 ms here: a fifth of
-# what `rsinfer --help` may take), so what was found is kept in the user's cache, keyed by the modification times of
-# the folders on sys.path - installing or removing a distribution changes its folder - and read back in well under a
+# what `rsinfer --help` may take), so what each folder of sys.path holds is kept in the user's cache with the
+# folder's modification time - installing or removing a distribution changes it - and read back in well under a
 # millisecond. A plug-in that fails to load is remembered by name: config errors about its kind say why.
 
 GROUP = "rsinfer.families"
@@ -214,54 +214,59 @@ FAILED: dict[str, str] = {}           # entry point name → why it did not load
 
 
 def _cache_file() -> str:
-    import hashlib
     import os
     import sys
+    import zlib
 
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    tag = hashlib.blake2b(sys.executable.encode(), digest_size=6).hexdigest()
+    tag = f"{zlib.crc32(sys.executable.encode()):08x}"   # one file per interpreter (hashlib: +3 ms per start)
     return os.path.join(base, "rsinfer", f"plugins-{tag}.json")
 
 
-def _path_key() -> list[list[Any]]:
+def _entry_points() -> list[tuple[str, str]]:
+    """(name, "module:attr") of every installed `rsinfer.families` entry point, in sys.path order. Each folder on
+    sys.path is read once and remembered with its modification time (installing or removing a distribution changes
+    it); only a folder that changed is read again, so `python -c` and the `rsinfer` script, whose first sys.path
+    entries differ, share the cache."""
+    import json
     import os
     import sys
 
-    key: list[list[Any]] = []
-    for entry in sys.path:
-        try:
-            key.append([entry, os.stat(entry or ".").st_mtime_ns])
-        except OSError:
-            key.append([entry, None])
-    return key
-
-
-def _entry_points() -> list[tuple[str, str]]:
-    """(name, "module:attr") of every installed `rsinfer.families` entry point, from the cache when sys.path's
-    folders have not changed since it was written."""
-    import json
-    import os
-
-    path, key = _cache_file(), _path_key()
+    path = _cache_file()
     try:
         with open(path, encoding="utf-8") as f:
-            cached = json.load(f)
-        if cached.get("key") == key:
-            return [(str(n), str(v)) for n, v in cached["entries"]]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    from importlib.metadata import entry_points
+            cached: dict[str, Any] = json.load(f)
+        if not isinstance(cached, dict):
+            cached = {}
+    except (OSError, ValueError):
+        cached = {}
+    changed = False
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            mtime = os.stat(entry or ".").st_mtime_ns
+        except OSError:
+            continue
+        known = cached.get(entry)
+        if not (isinstance(known, dict) and known.get("mtime") == mtime and isinstance(known.get("eps"), list)):
+            from importlib.metadata import distributions
 
-    entries = sorted({(ep.name, ep.value) for ep in entry_points(group=GROUP)})
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"key": key, "entries": entries}, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass      # a read-only home: found again next time
-    return entries
+            eps = sorted({(ep.name, ep.value) for dist in distributions(path=[entry or "."])
+                          for ep in dist.entry_points if ep.group == GROUP})
+            known = cached[entry] = {"mtime": mtime, "eps": [list(ep) for ep in eps]}
+            changed = True
+        for name, value in known["eps"]:
+            found.setdefault(str(name), str(value))        # the first on sys.path wins, as for imports
+    if changed:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(cached, f)
+            os.replace(tmp, path)
+        except OSError:
+            pass      # a read-only home: read again next time
+    return sorted(found.items())
 
 
 def load_plugins() -> list[str]:
