@@ -105,3 +105,24 @@ def test_a_drain_is_unready_at_once_and_still_serves_during_the_delay(tmp_path, 
             assert time.monotonic() - t0 < 3
     finally:
         assert srv.stop(60) == 0
+
+
+def test_grpc_listens_wherever_http_does_with_host(tmp_path):
+    """`--host` moves gRPC with HTTP (a container's `--host 0.0.0.0` must expose both); loopback 127.0.0.2 here."""
+    import httpx
+    import yaml
+
+    from serverutil import ServeProcess, free_port
+
+    grpc_port, port = free_port(), free_port()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"server": {"grpc_bind": f"127.0.0.1:{grpc_port}"},
+                                   "models": [{"name": "add", "kind": "tensor", "path": str(add_one(tmp_path))}]}))
+    srv = ServeProcess(cfg, port, args=["--host", "127.0.0.2"])
+    try:
+        srv.wait_ready(120)
+        assert httpx.get(f"http://127.0.0.2:{port}/health", timeout=10).status_code == 200
+        assert check(f"127.0.0.2:{grpc_port}") == health_pb2.HealthCheckResponse.SERVING
+        assert any(f"gRPC on 127.0.0.2:{grpc_port}" in line for line in srv.lines)
+    finally:
+        assert srv.stop() == 0

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from .. import families
-from .common import DTYPE_OPT, FILE_OPT, JSON_OPT, REVISION_OPT, SUBFOLDER_OPT, TOKENIZER_HF_OPT, print_json
+from .common import DTYPE_OPT, FILE_OPT, JSON_OPT, SUBFOLDER_OPT, TOKENIZER_HF_OPT, print_json
 
 
 def human_size(n: float) -> str:
@@ -60,7 +60,7 @@ class RichProgress:
 def download_cmd(
     repo: str = typer.Argument(..., help="Hugging Face repo id, e.g. Xenova/all-MiniLM-L6-v2."),
     out: Path = typer.Argument(..., help="Folder to write (created; re-running is idempotent)."),
-    revision: str = REVISION_OPT,
+    revision: str = typer.Option("main", "--revision", help="Branch, tag or commit of the repo."),
     file: str = FILE_OPT,
     subfolder: str = SUBFOLDER_OPT,
     tokenizer_hf: str = TOKENIZER_HF_OPT,

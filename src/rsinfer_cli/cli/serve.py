@@ -12,7 +12,8 @@ LEVELS = ("debug", "info", "warning", "error")
 def serve_cmd(
     config: Path = typer.Option(..., "--config", "-c", help="YAML config file (also $RSINFER_CONFIG).",
                                 envvar="RSINFER_CONFIG", show_envvar=False),
-    host: str = typer.Option(None, "--host", help="Address to listen on (overrides server.bind)."),
+    host: str = typer.Option(None, "--host", help="Address to listen on, HTTP and gRPC (overrides the host of "
+                             "server.bind and server.grpc_bind)."),
     port: int = typer.Option(None, "--port", help="Port to listen on (overrides server.bind)."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info (one line per request), warning or error."),
     log_format: str = typer.Option(None, "--log-format", help="text or json: one object per line (overrides "
@@ -38,6 +39,14 @@ def serve_cmd(
 
         cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, log_format=log_format))
     configure(log_level, cfg.server.log_format)
+    if host is not None and cfg.server.grpc_bind:     # gRPC listens wherever HTTP does (a container's 0.0.0.0)
+        import dataclasses
+
+        from ..config import split_bind
+
+        grpc_port = split_bind(cfg.server.grpc_bind)[1]
+        bind = f"[{host}]:{grpc_port}" if ":" in host else f"{host}:{grpc_port}"
+        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, grpc_bind=bind))
     if workers is not None:
         import dataclasses
 
