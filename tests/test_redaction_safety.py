@@ -185,3 +185,18 @@ def test_commands_write_everything_before_a_bad_line(shared_models, command, ext
     proc = cli(command, *extra, stdin=stdin)
     assert proc.returncode == 3 and b"line 3" in proc.stderr
     assert len(proc.stdout.splitlines()) == 2  # the two records before the bad line, nothing after
+
+
+@pytest.mark.parametrize(("route", "body", "status"), [
+    ("/v1/embeddings", b"not json", 400), ("/v1/embeddings", b"", 400), ("/v1/embeddings", b"[1, 2]", 422),
+    ("/v1/embeddings", b'{"input": 5}', 422), ("/infer", b"not json", 400), ("/infer", b'{"input": 5}', 422),
+    ("/batch", b"[1, 2]", 422), ("/v2/models/add/infer", b"not json", 400), ("/v2/models/add/infer", b"[1, 2]", 400),
+])
+def test_the_documented_400_422_rule(shared_models, route, body, status):
+    """README "Errors": not JSON → 400; JSON without the request's shape → 422; KServe v2 routes: 400 for both."""
+    cfg = parse_config({"models": [
+        {"name": "add", "kind": "tensor", "path": str(shared_models / "tensor-models" / "add_one")},
+        {"name": "mini", "kind": "embedding", "path": str(shared_models / "all-minilm-l6-v2")}]})
+    with ServerThread(cfg) as srv:
+        r = httpx.post(srv.url + route, content=body, headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == status, r.text
