@@ -186,3 +186,19 @@ def test_no_import_cycle_between_server_and_workers():
                 raise AssertionError(f"{path.relative_to(ROOT)}:{node.lineno} imports {node.module}")
             if isinstance(node, ast.Import) and any("rsinfer_cli.workers" in a.name for a in node.names):
                 raise AssertionError(f"{path.relative_to(ROOT)}:{node.lineno} imports the workers package")
+
+
+def test_readme_cli_table_lists_every_command():
+    """README "The CLI at a glance" is one Markdown table (no blank line inside it) with a row per command."""
+    import re
+    from pathlib import Path
+
+    from rsinfer_cli.cli.app import app
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("## The CLI at a glance", 1)[1].split("\n\n**(model options)**", 1)[0]
+    rows = section.strip().splitlines()
+    assert all(line.startswith("|") for line in rows), "a blank or stray line breaks the table"
+    listed = {m.group(1) for line in rows if (m := re.match(r"\| `rsinfer (\w+)", line))}
+    commands = {c.name for c in app.registered_commands}
+    assert listed == commands, (sorted(commands - listed), sorted(listed - commands))
