@@ -105,8 +105,9 @@ def stderr_is_tty() -> bool:
 
 def load_pipeline(kind: str, *, name: str | None, config: Path | None, path: Path | None, hf: str | None,
                   revision: str = "main", dtype: str = "auto", max_rows: int | None = None,
-                  **overrides: Any) -> Any:
-    """The pipeline of one model for a one-shot command (one replica), checking the model's kind."""
+                  flags: dict[str, str] | None = None, **overrides: Any) -> Any:
+    """The pipeline of one model for a one-shot command (one replica), checking the model's kind. `overrides`: model
+    keys from command-line flags (`flags`: key → the flag that set it, for error messages)."""
     import dataclasses
 
     from ..config import hub_cache_dir
@@ -127,7 +128,8 @@ def load_pipeline(kind: str, *, name: str | None, config: Path | None, path: Pat
         options = dataclasses.replace(cfg.options, **{k: v for k, v in given.items() if k in own}) if own else None
         check = getattr(options, "check", None)       # the family's own rules, as the config is held to them
         for key, message in check() if check is not None else ():
-            raise ConfigError(f"--{key.split('[')[0].removeprefix('pii_').replace('_', '-')}: {message}")
+            base = key.split("[")[0]
+            raise ConfigError(f"{(flags or {}).get(base, base)}: {message}")
         cfg = dataclasses.replace(cfg, options=options, **{k: v for k, v in given.items() if k not in own})
     pipe = build_pipeline(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)), server)
     if server.cache is not None and cfg.cache:  # the config's server.cache serves one-shot commands too

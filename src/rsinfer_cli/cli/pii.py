@@ -105,7 +105,7 @@ def _run(*, redacting: bool, input_: Path | None, fields: list[str], plain: bool
     wanted = [t.strip() for t in types.split(",") if t.strip()] if types else None
     fields = fields or ["text"]
     lines = read_lines(input_)
-    pipe = load_pipeline("pii", **pipe_args)
+    pipe = load_pipeline("pii", flags={"pii_regions": "--regions"}, **pipe_args)
     if wanted:
         unknown = sorted(set(wanted) - set(pipe.types))
         if unknown:

@@ -472,6 +472,8 @@ class Scheduler:
         self._forward_s += (seconds - self._forward_s) * (1.0 if self._forwards == 1 else 0.1)
 
     def _give_back(self, session: Session) -> None:
+        """A lane back after its forward (a worker's or one run here); its CPUs back to the budget (models waiting
+        for them are called, in turn)."""
         self.running -= 1
         wide = session is self.wide
         if not wide:
@@ -480,14 +482,9 @@ class Scheduler:
             self.budget.give(self.budget.total if wide else self.cost)
 
     def _release(self, session: Session, fut: asyncio.Future[None]) -> None:
-        self.running -= 1
         if not fut.cancelled() and fut.exception() is not None:  # a bug in the scheduler itself: say so
             log.error("model %s: worker failed: %r", self.name, fut.exception())
-        wide = session is self.wide
-        if not wide:
-            self._idle.append(session)
-        if self.budget is not None:   # its CPUs back (models waiting for them are called, in turn)
-            self.budget.give(self.budget.total if wide else self.cost)
+        self._give_back(session)
         self._dispatch()
 
     # ------------------------------------------------------------ worker threads

@@ -513,11 +513,13 @@ class PiiPipeline(TextPipeline):
 
     def _weak(self, offsets: Sequence[tuple[int, int]], probs: Array) -> Callable[[int, int], bool]:
         """Whether a token within [a, b) has an address label with at least address_gap_threshold probability."""
-        address = probs[:, self.address_columns].sum(axis=-1)
+        address: list[float] = []     # summed on the first question: most texts have no gap to judge
 
         def weak(a: int, b: int) -> bool:
+            if not address:
+                address.extend(probs[:, self.address_columns].sum(axis=-1).tolist())
             return any(s < b and a < e and p >= self.gap_threshold
-                       for (s, e), p in zip(offsets, address.tolist(), strict=False))
+                       for (s, e), p in zip(offsets, address, strict=False))
 
         return weak
 
