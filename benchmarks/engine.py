@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/engine.py --before-src /path/to/old/checkout/src   # appends to RESULTS.md
 
 Same machine, same run, same texts; all-MiniLM-L6-v2 fp32, two replicas x one intra-op thread, batching on (set
-by hand on both servers: an older checkout's defaults differ, and this compares engines), plus the current
-checkout with the defaults (no thread settings), what a user runs.
+by hand on both servers: an older checkout's defaults may differ, and this compares engines), and each side again
+with the defaults (no thread settings), what a user runs.
   - latency: one client, one short query at a time: p50 over HTTP vs the raw pipeline in-process (tokenizers ->
     session.run -> mean pooling -> normalise) at batch 1 with one thread; the difference is what HTTP adds;
   - throughput: 64 clients x 1 short query and 8 clients x 16 mixed texts, as a ratio to the ceiling: the same
@@ -93,8 +93,10 @@ def main() -> int:
     ceil_mixed, b_mixed = ceiling(MODEL, mixed_texts, [1, 4, 8, 16])
     runs: dict[str, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        versions = ([("before", args.before_src)] if args.before_src else []) + [("after", None)] + \
-            [("after, the defaults", None)]
+        # both sides also as users run them: no thread settings (an older checkout's defaults may differ: that is
+        # then the difference the defaults make)
+        versions = ([("before", args.before_src), ("before, the defaults", args.before_src)] if args.before_src
+                    else []) + [("after", None), ("after, the defaults", None)]
         for k in range(1, max(args.rounds, 1) + 1):
             # interleaved, the order reversed every other round (ABBA): a machine that drifts during the run then
             # penalises neither side
@@ -108,7 +110,7 @@ def main() -> int:
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/engine.py --before-src "
              f"<old checkout>/src` (one run, {args.rounds} interleaved rounds of {args.max_seconds:.0f} s per "
              "workload; all-MiniLM-L6-v2 fp32, batching on; before and after with two replicas x one thread set by "
-             "hand, `after, the defaults` with no thread settings: the plan). Raw in-process pipeline at batch 1, "
+             "hand, `..., the defaults` with no thread settings: the plan). Raw in-process pipeline at batch 1, "
              "one thread: "
              f"p50 {raw_p50:.2f} ms. Ceiling (same texts, length-sorted batches of the best size, the best of "
              f"2 sessions x 1 thread and 1 x 2): {ceil_short:.1f} texts/s short queries (batch {b_short}), "
