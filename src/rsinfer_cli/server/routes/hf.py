@@ -1,9 +1,8 @@
 """The Hugging Face Inference API shapes: `POST /models/{name}` answers the task of that model's family, so
 `huggingface_hub.InferenceClient(model="http://host:port/models/NAME")` works unmodified. `POST /` does the same for
 the one model of a single-model config (TEI's rule). Each family declares its task in the registry (`hf_task`, in
-its own routes module): embedding feature-extraction and sentence-similarity, rerank sentence-similarity, pii
-token-classification, zeroshot zero-shot-classification; this module only dispatches, so the family's own request
-rules apply here as on its own routes.
+its own routes module, e.g. feature-extraction, text-classification, token-classification); this module only
+dispatches and names no family, so each family's own request rules apply here as on its own routes.
 """
 
 from __future__ import annotations
