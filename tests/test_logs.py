@@ -186,3 +186,74 @@ def test_tei_timing_headers_agree_with_the_metrics(tmp_path):
                                         - total(before, "rsinfer_inference_seconds"))) < 0.05
     assert abs(h["x-queue-time"] - (total(after, "rsinfer_queue_wait_seconds")
                                     - total(before, "rsinfer_queue_wait_seconds"))) < 0.05
+
+
+# ---------------------------------------------------------------- the access line's fast path, in-process
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_the_direct_access_line_is_the_formatters_line(fmt):
+    """logs.access writes the line itself where only the daemon's handler would see the record: the same text,
+    to the character, as the formatter makes of the LogRecord (request id and FIELDS included)."""
+    import logging
+
+    from rsinfer_cli.server.logs import REQUEST_ID, JsonFormatter, TextFormatter, _RequestIdFilter
+
+    formatter = JsonFormatter() if fmt == "json" else TextFormatter()
+    fields = {"method": "POST", "route": "/v2/models/{model}/infer", "status": 200, "duration_ms": 0.123,
+              "client": "127.0.0.1", "model": "add", "rows": 1, "queue_ms": 0.01, "not_a_field": "dropped"}
+    for created, rid in [(1_790_000_000.25, "abc"), (1_790_000_000.9995, None), (1_790_000_001.0, "x-1")]:
+        record = logging.LogRecord("rsinfer.access", logging.INFO, "", 0, "%s", ("POST /x 200 0.1ms",), None)
+        record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+        record.__dict__.update(fields)
+        token = REQUEST_ID.set(rid)
+        try:
+            _RequestIdFilter().filter(record)
+        finally:
+            REQUEST_ID.reset(token)
+        assert formatter.info_line("rsinfer.access", created, "POST /x 200 0.1ms", rid, fields) == \
+            formatter.format(record)
+
+
+def test_loop_handler_writes_once_per_iteration_and_flushes_off_the_loop():
+    """Lines logged on the loop go out in one write when the iteration ends; a line off any loop (and every line
+    at flush) goes out at once, after those waiting: nothing lost, one thread's order kept."""
+    import asyncio
+    import io
+    import logging
+
+    from rsinfer_cli.server.logs import LoopStreamHandler, TextFormatter
+
+    class Counting(io.StringIO):
+        writes = 0
+
+        def write(self, s: str) -> int:
+            self.writes += 1
+            return super().write(s)
+
+    stream = Counting()
+    handler = LoopStreamHandler()
+    handler.setStream(stream)
+    handler.setFormatter(TextFormatter())
+    log = logging.getLogger("rsinfer.test-loop-handler")
+    log.propagate = False
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        async def burst() -> tuple[str, str]:
+            for i in range(50):
+                log.info("line %d", i)
+            before = stream.getvalue()
+            await asyncio.sleep(0)        # the iteration ends: the 50 lines go out
+            await asyncio.sleep(0)
+            return before, stream.getvalue()
+
+        before, after = asyncio.run(burst())
+        assert before == ""
+        assert [ln.split(": ", 1)[1] for ln in after.splitlines()] == [f"line {i}" for i in range(50)]
+        assert stream.writes == 1
+        log.info("off the loop")
+        assert stream.getvalue().endswith("off the loop\n")
+        assert stream.writes == 2
+    finally:
+        log.removeHandler(handler)

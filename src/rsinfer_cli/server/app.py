@@ -25,7 +25,8 @@ from ..errors import ConfigError
 from ..pipelines import build_pipeline
 from ..pipelines.infer import BODY_BYTES, CACHE_STATUS
 from .errors import RateLimited, RequestTimeout, Unauthorized, response_for, status_for
-from .logs import REQUEST_ID, request_id
+from .logs import ACCESS, REQUEST_ID, request_id
+from .logs import access as log_access
 from .metrics import Metrics, QueueCollector
 from .ratelimit import HEADERS as LIMIT_HEADERS
 from .ratelimit import Limit, RateLimiter
@@ -34,7 +35,6 @@ from .routes.common import STATE
 from .schemas import all_ops
 from .state import ServerState
 
-access_log = logging.getLogger("rsinfer.access")
 log = logging.getLogger("rsinfer.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_ROUTES = frozenset({"/health", "/v2/health/live", "/v2/health/ready", "/openapi.json", "/docs",
@@ -132,12 +132,13 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
                     "http.request.method": request.method, "http.route": route, "http.response.status_code": status,
                     "rsinfer.request_id": rid, "rsinfer.model": stats.get("model"), "rsinfer.rows": stats.get("rows")},
                     stats)
-            if access and access_log.isEnabledFor(logging.INFO):
+            if access and ACCESS.isEnabledFor(logging.INFO):
                 fields = {"method": request.method, "route": route, "status": status,
                           "duration_ms": round(elapsed * 1000, 3), "client": request.remote}
-                fields.update({k: round(v, 3) if isinstance(v, float) else v for k, v in stats.items()
-                               if not k.startswith("t_")})
-                access_log.info("%s %s %d %.1fms", request.method, route, status, elapsed * 1000, extra=fields)
+                for k, v in stats.items():
+                    if not k.startswith("t_"):
+                        fields[k] = round(v, 3) if isinstance(v, float) else v
+                log_access(f"{request.method} {route} {status} {elapsed * 1000:.1f}ms", fields)
 
     return middleware
 

@@ -8,10 +8,13 @@ never a body, a text or an API key.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
+import sys
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("rsinfer_request_id", default=None)
@@ -36,24 +39,48 @@ class _RequestIdFilter(logging.Filter):
         return True
 
 
+class _Stamps:
+    """A time's text to the second, kept while the second lasts (one strftime a second, not one a line)."""
+
+    def __init__(self, fmt: str, convert: Callable[[float], time.struct_time]) -> None:
+        self.fmt, self.convert = fmt, convert
+        self.second, self.text = -1, ""
+
+    def __call__(self, created: float) -> str:
+        second = int(created)
+        if second != self.second:
+            self.second, self.text = second, time.strftime(self.fmt, self.convert(created))
+        return self.text
+
+
 class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._stamp = _Stamps(self.default_time_format, time.localtime)
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         rid = getattr(record, "request_id", None)
         return f"{line} [{rid}]" if rid else line
 
+    def info_line(self, name: str, created: float, msg: str, rid: str | None, fields: dict[str, Any]) -> str:
+        """What format() makes of an INFO record of `name` with this message, id and `extra` fields."""
+        line = f"{self._stamp(created)},{int((created - int(created)) * 1000):03d} INFO {name}: {msg}"
+        return f"{line} [{rid}]" if rid else line
+
 
 class JsonFormatter(logging.Formatter):
     """{"ts", "level", "logger", "msg", "request_id"?, the FIELDS given, "exc"?} on one line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stamp = _Stamps("%Y-%m-%dT%H:%M:%S", time.gmtime)
 
     def format(self, record: logging.LogRecord) -> str:
         import orjson
 
         out: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": f"{self._stamp(record.created)}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
         rid = getattr(record, "request_id", None)
         if rid:
@@ -66,13 +93,117 @@ class JsonFormatter(logging.Formatter):
             out["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(out).decode()
 
+    def info_line(self, name: str, created: float, msg: str, rid: str | None, fields: dict[str, Any]) -> str:
+        import orjson
+
+        out: dict[str, Any] = {"ts": f"{self._stamp(created)}.{int((created - int(created)) * 1000):03d}Z",
+                               "level": "info", "logger": name, "msg": msg}
+        if rid:
+            out["request_id"] = rid
+        for key in FIELDS:
+            value = fields.get(key)
+            if value is not None:
+                out[key] = value
+        return orjson.dumps(out).decode()
+
+
+ACCESS = logging.getLogger("rsinfer.access")
+
+
+def access(msg: str, fields: dict[str, Any]) -> None:
+    """A request's access line (never a body, a text or a key): `msg` and the structured `fields` of FIELDS.
+    Where the daemon's own stderr handler is the only one a record of `rsinfer.access` reaches, the line is made
+    here without a LogRecord, in the same text as the formatter's (a test holds them equal): under load this cut
+    logging's CPU per request by about two thirds (benchmarks/RESULTS.md)."""
+    handler = _direct()
+    if handler is None:
+        ACCESS.info("%s", msg, extra=fields)
+        return
+    fmt = handler.formatter
+    assert isinstance(fmt, (TextFormatter, JsonFormatter))
+    handler.line(fmt.info_line(ACCESS.name, time.time(), msg, REQUEST_ID.get(), fields) + handler.terminator)
+
+
+def _direct() -> LoopStreamHandler | None:
+    """The daemon's stderr handler when an access record would reach it and nothing else (else None)."""
+    root = logging.root
+    if ACCESS.handlers or ACCESS.filters or not ACCESS.propagate or len(root.handlers) != 1 or root.filters:
+        return None
+    h = root.handlers[0]
+    if (type(h) is not LoopStreamHandler or h.level > logging.INFO
+            or not isinstance(h.formatter, (TextFormatter, JsonFormatter))
+            or any(type(f) is not _RequestIdFilter for f in h.filters)):
+        return None
+    return h
+
+
+class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """stderr, written once per event-loop iteration instead of once per line.
+
+    A line logged on a thread running an event loop (every access line) is kept until the loop's current iteration
+    ends, then all of them go out in one write: one system call for every request answered in that iteration, not
+    one each (64 clients on `add_one`: 63 µs of CPU per request with a write per line, see benchmarks/RESULTS.md).
+    Lines from other threads, and every line at `flush()` (shutdown, `logging.shutdown()`), are written at once,
+    after any that wait, so nothing is lost and one thread's lines keep their order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
+            self.handleError(record)
+            return
+        self.line(line)
+
+    def line(self, line: str) -> None:
+        """A formatted line (with its terminator): out at the end of the loop's iteration, or now off a loop."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self.lock:   # type: ignore[union-attr]
+            self._pending.append(line)
+            first = len(self._pending) == 1
+        if loop is None or loop.is_closed():
+            self.flush()
+        elif first:
+            loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        with self.lock:   # type: ignore[union-attr]
+            lines, self._pending = self._pending, []
+            if lines:
+                try:
+                    self.stream.write("".join(lines))
+                except Exception:  # noqa: BLE001 - a closed or full stderr must not take the daemon down
+                    return
+            if self.stream and hasattr(self.stream, "flush"):
+                try:
+                    self.stream.flush()
+                except Exception:  # noqa: BLE001
+                    return
+
 
 def configure(level: str, fmt: str = "text") -> None:
-    """The root logger of a daemon process: its level, one stderr handler, the format and the request ids."""
+    """The root logger of a daemon process: its level, one stderr handler, the format and the request ids.
+
+    Records carry no caller, thread or process fields (none of our formats prints them; the logging HOWTO's
+    "Optimization" section): an access line per request costs the formatting and a share of one write."""
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+    logging.logAsyncioTasks = False  # type: ignore[attr-defined,unused-ignore]  # 3.12+: no task name per record
     root = logging.getLogger()
     root.setLevel(level.upper())
+    for h in list(root.handlers):          # the CLI's basicConfig line to stderr: the batched one replaces it
+        if type(h) is logging.StreamHandler and h.stream is sys.stderr:
+            root.removeHandler(h)
     if not root.handlers:
-        root.addHandler(logging.StreamHandler())
+        root.addHandler(LoopStreamHandler())
     for h in root.handlers:
         h.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
         if not any(isinstance(f, _RequestIdFilter) for f in h.filters):

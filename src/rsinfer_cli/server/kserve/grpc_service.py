@@ -19,7 +19,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ...errors import EngineUnavailable, InputError, ModelNotFound, PoolTimeout, RsinferError, Saturated
 from ...pipelines.tensor import TensorPipeline, element_count, numpy_dtype, platform, tensor_metadata
-from ..logs import REQUEST_ID, request_id
+from ..logs import ACCESS, REQUEST_ID, request_id
+from ..logs import access as log_access
 from ..state import ServerState
 from . import codec
 from . import kserve_pb2 as pb
@@ -27,7 +28,6 @@ from . import kserve_pb2_grpc as pb_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
-access_log = logging.getLogger("rsinfer.access")
 
 CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (ModelNotFound, grpc.StatusCode.NOT_FOUND),
@@ -112,8 +112,8 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         finally:
             elapsed = time.perf_counter() - t0
             self._observe(method, code, elapsed)
-            if self.access and access_log.isEnabledFor(logging.INFO):
-                access_log.info("gRPC %s %s %.1fms", method, code.name, elapsed * 1000, extra={
+            if self.access and ACCESS.isEnabledFor(logging.INFO):
+                log_access(f"gRPC {method} {code.name} {elapsed * 1000:.1f}ms", {
                     "method": "gRPC", "route": method, "code": code.name, "duration_ms": round(elapsed * 1000, 3)})
 
     def _model(self, name: str, version: str) -> Any:
