@@ -416,6 +416,45 @@ class TestInlineForwards:
 
         asyncio.run(asyncio.wait_for(main(), 20))
 
+    def test_wall_time_inflated_off_the_loop_is_tried_on_it(self):
+        """A forward that waits on a worker thread (there: the GIL a busy loop holds) but uses a few µs of CPU is
+        tried on the loop, and stays there since its wall time there is its own; one that waits wherever it runs
+        (a device) is tried, stays on the threads, and is tried again less and less often."""
+        import threading
+        import time as _time
+
+        from rsinfer_cli.engine import scheduler as sched
+
+        loop_thread = threading.get_ident()
+        everywhere = [False]
+        tried_on_loop = [0]
+
+        def forward(session, rows):
+            here = threading.get_ident() == loop_thread
+            tried_on_loop[0] += here
+            if everywhere[0] or not here:
+                _time.sleep(0.002)          # waiting: no CPU
+            return [here for _ in rows]
+
+        async def run(s, n):
+            return [await s.run(lambda runner: runner.forward(["r"], [1])[0]) for _ in range(n)]
+
+        async def main():
+            s = Scheduler("m", ["s1"], forward, EXECUTOR, batching=False, max_rows=8, max_tokens=512, max_queue=4,
+                          queue_timeout_s=5)
+            first = await run(s, sched.INLINE_AFTER)
+            assert not any(first)                                   # 2 ms each on the threads: not tiny by wall
+            later = await run(s, 8)
+            assert later[0] and all(later)                          # tried on the loop at once: 2 µs there, stays
+            everywhere[0] = True
+            tried_on_loop[0] = 0
+            slow = await run(s, 200)
+            assert not slow[-1]
+            # tried at growing gaps (32, 64, 128, ... forwards), not every few
+            assert 1 <= tried_on_loop[0] <= 4
+
+        asyncio.run(asyncio.wait_for(main(), 20))
+
     def test_batched_rows_of_a_tiny_model_run_on_the_loop(self):
         import threading
 
