@@ -65,7 +65,7 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
         t0 = time.perf_counter()
         status = 500
         metrics = request.app[STATE].metrics
-        metrics.in_flight.inc()
+        metrics.enter()
         CACHE_STATUS.set(None)  # keep-alive requests share a task: start each one clean
         BODY_BYTES.set(request.content_length)
         LIMIT_HEADERS.set(None)
@@ -124,7 +124,7 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
                 response.headers.update(timing_headers(stats, time.perf_counter() - t0))
             return response
         finally:
-            metrics.in_flight.dec()
+            metrics.leave()
             elapsed = time.perf_counter() - t0
             metrics.http(route, status, elapsed)
             if tracing is not None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import logging
+import os
+import secrets
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -26,10 +28,24 @@ FIELDS = ("method", "route", "model", "status", "duration_ms", "queue_ms", "infe
 
 
 def request_id(given: str | None) -> str:
-    """The client's id when it is 1-128 printable ASCII characters (no spaces), else a new one."""
+    """The client's id when it is 1-128 printable ASCII characters (no spaces), else a new one: 32 hex digits, a
+    random half drawn once per process (again in a forked child) and a count, unique like uuid4's without a
+    getrandom call per request."""
     if given and len(given) <= MAX_ID and given.isascii() and given.isprintable() and " " not in given:
         return given
-    return uuid.uuid4().hex
+    return f"{_ids.prefix}{next(_ids.count):016x}"
+
+
+class _Ids:
+    def __init__(self) -> None:
+        self.reseed()
+
+    def reseed(self) -> None:
+        self.prefix, self.count = secrets.token_hex(8), itertools.count(int.from_bytes(secrets.token_bytes(4), "big"))
+
+
+_ids = _Ids()
+os.register_at_fork(after_in_child=_ids.reseed)
 
 
 class _RequestIdFilter(logging.Filter):

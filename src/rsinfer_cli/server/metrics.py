@@ -52,6 +52,9 @@ class Metrics:
                                   ["route"], buckets=HTTP_BUCKETS, registry=r)
         self.in_flight = Gauge("rsinfer_http_requests_in_flight", "HTTP requests being handled", registry=r,
                                multiprocess_mode="livesum")
+        self.flying = 0     # one process: the gauge reads this count at scrape time (no lock per request)
+        if self.multiprocess_dir is None:
+            self.in_flight.set_function(lambda: self.flying)
         self.rate_limited = Counter("rsinfer_rate_limited", "Requests refused by server.rate_limit, by route",
                                     ["route"], registry=r)
         self.grpc_requests = Counter("rsinfer_grpc_requests", "KServe v2 gRPC calls by method and status code",
@@ -101,6 +104,19 @@ class Metrics:
     def observer(self, model: str, version: str = "") -> ModelObserver:
         """What a model's scheduler reports to: every forward and every request's wait, batched or not."""
         return ModelObserver(self, model, version)
+
+    def enter(self) -> None:
+        """A request in flight (with worker processes, a sample in this process's file; else a count)."""
+        if self.multiprocess_dir is None:
+            self.flying += 1
+        else:
+            self.in_flight.inc()
+
+    def leave(self) -> None:
+        if self.multiprocess_dir is None:
+            self.flying -= 1
+        else:
+            self.in_flight.dec()
 
     def http(self, route: str, status: int, seconds: float) -> None:
         """One HTTP request's outcome (the labelled children are looked up once per route and status: labels()

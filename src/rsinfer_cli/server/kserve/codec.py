@@ -118,9 +118,14 @@ def to_json_data(arr: Array) -> list[Any]:
 
 
 def output_datatype(arr: Array) -> str:
-    if arr.dtype == object or arr.dtype.kind in "US":
-        return "BYTES"
-    return datatype_of(str(arr.dtype))
+    name = _OUT_TYPES.get(arr.dtype)
+    if name is None:
+        name = _OUT_TYPES[arr.dtype] = ("BYTES" if arr.dtype == object or arr.dtype.kind in "US"
+                                        else datatype_of(str(arr.dtype)))
+    return name
+
+
+_OUT_TYPES: dict[np.dtype[Any], str] = {}     # an output's dtype → its KServe datatype, worked out once each
 
 
 def parse_infer_body(body: bytes, header_length: int | None) -> tuple[dict[str, Any], bytes]:
