@@ -3,12 +3,13 @@
     .venv/bin/python benchmarks/overhead.py                       # appends a section to benchmarks/RESULTS.md
     .venv/bin/python benchmarks/overhead.py --before-src <checkout>/src   # the same, an older checkout beside
 
-Workloads, 64 clients on 127.0.0.1, each the next request when its answer is in: `add_one` ([1, 4] FP32, a forward of
-a few µs) over KServe v2 REST JSON, REST with the binary tensor extension, and gRPC (tritonclient.grpc.aio), and a
+Workloads, 64 clients on 127.0.0.1, each the next request when its answer is in: `add_one` ([1, 4] FP32, a forward
+of a few µs) over KServe v2 REST JSON, REST with the binary tensor extension, and gRPC (tritonclient.grpc.aio), and a
 one-token `/v1/embeddings` on all-MiniLM-L6-v2; each with `server.workers` 1 and 2. Reported: requests/s, CPU per
 request of the whole tree (front ends, engine, supervisor) and, with workers, of the engine process alone, and for
 the embedding its forward (rsinfer_inference_seconds) per request. Rounds: each configuration twice, the second
-pass in reverse order (ABBA), the spread shown.
+pass in reverse order (ABBA), the spread shown. The server logs at info, the default: an access line per request.
+`--pin`: the server on CPU 0 and the load generator on CPU 1 (requests/s per server core).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import struct
 import sys
 import tempfile
@@ -108,10 +110,11 @@ def engine_pid(tree: dict[int, float], root: int) -> int | None:
     return None
 
 
-def measure(src: Path | None, workers: int, max_s: float, tmp: Path, label: str) -> dict[str, dict]:
+def measure(src: Path | None, workers: int, max_s: float, tmp: Path, label: str, pin: bool) -> dict[str, dict]:
     grpc_port = free_port()
     models, server = config(workers, grpc_port)
-    srv = Serve(models, tmp, server, name=f"overhead-{label}-{workers}", src=src)
+    srv = Serve(models, tmp, server, name=f"overhead-{label}-{workers}", src=src, log_level="info",
+                cpus="0" if pin else None)
     host = "127.0.0.1"
     out: dict[str, dict] = {}
     try:
@@ -148,7 +151,11 @@ def main() -> int:
     ap.add_argument("--max-seconds", type=float, default=12)
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
+    ap.add_argument("--pin", action="store_true",
+                    help="the server on CPU 0 (taskset), this load generator on CPU 1: requests/s per server core")
     args = ap.parse_args()
+    if args.pin:
+        os.sched_setaffinity(0, {1})
     sides = ([("before", args.before_src)] if args.before_src else []) + [("now", None)]
     plan = [(side, src, int(w)) for w in args.workers.split(",") for side, src in sides]
     runs: dict[tuple[str, int], list[dict[str, dict]]] = {}
@@ -156,12 +163,14 @@ def main() -> int:
         for k, order in enumerate((plan, plan[::-1])):            # ABBA
             for side, src, workers in order:
                 runs.setdefault((side, workers), []).append(measure(src, workers, args.max_seconds, Path(tmp),
-                                                                    f"{side}{k}"))
+                                                                    f"{side}{k}", args.pin))
     lines = ["", "## Server CPU per small request", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/overhead.py"
              f"{' --before-src <checkout>/src' if args.before_src else ''}` ({CLIENTS} clients on 127.0.0.1, "
              f"{args.max_seconds:.0f} s per workload, every configuration twice in ABBA order; CPU = the whole "
-             "process tree's user+sys from /proc per answered request; the load generator shares the machine). "
+             "process tree's user+sys from /proc per answered request; log level info, the default: an access line "
+             "per request; " + ("the server pinned to CPU 0, the load generator to CPU 1)" if args.pin else
+                                "the load generator shares the machine)") + ". "
              "Each cell: the mean of the two passes, their spread in brackets.", "",
              "| workload | side | workers | requests/s | CPU µs/request | engine µs/request | forward µs/request "
              "| errors |", "|---|---|---|---|---|---|---|---|"]

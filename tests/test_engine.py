@@ -473,3 +473,45 @@ class TestInlineForwards:
             assert s.running == 0 and s.queued_rows == 0
 
         asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_enqueue_answers_by_callback_and_abandons():
+    """Scheduler.enqueue (the engine process's path: no task per request): done(future) with the outputs in row
+    order; abandoned rows never reach a forward; a full queue raises Saturated at once; no batching → None."""
+    from rsinfer_cli.engine.scheduler import as_is
+    from rsinfer_cli.errors import Saturated
+
+    seen: list[list[str]] = []
+    gate = threading.Event()
+
+    def forward(session, rows):
+        gate.wait(5)
+        seen.append(list(rows))
+        return [r.upper() for r in rows]
+
+    async def main():
+        s = Scheduler("m", ["s1"], forward, EXECUTOR, batching=True, max_rows=4, max_tokens=512, max_queue=2,
+                      queue_timeout_s=5)
+        loop = asyncio.get_running_loop()
+        got: dict[str, asyncio.Future] = {}
+        first_done = loop.create_future()
+        s.enqueue(["a", "b"], [1, 1], as_is, lambda f: (got.update(ab=f), first_done.set_result(None)))  # runs
+        abandon = s.enqueue(["c"], [1], as_is, lambda f: got.update(c=f))                                # queued
+        s.enqueue(["d"], [1], as_is, lambda f: got.update(d=f))
+        with pytest.raises(Saturated):
+            s.enqueue(["e"], [1], as_is, lambda f: got.update(e=f))
+        abandon()
+        gate.set()
+        await asyncio.wait_for(first_done, 5)
+        await settled(s)
+        for _ in range(100):
+            if "d" in got:
+                break
+            await asyncio.sleep(0.01)
+        assert got["ab"].result() == ["A", "B"] and got["d"].result() == ["D"]
+        assert got["c"].cancelled() and "e" not in got
+        assert all("c" not in rows for rows in seen)
+        plain = Scheduler("p", ["s1"], forward, EXECUTOR, batching=False, max_rows=4, max_tokens=512)
+        assert plain.enqueue(["x"], [1], as_is, lambda f: None) is None
+
+    asyncio.run(asyncio.wait_for(main(), 20))

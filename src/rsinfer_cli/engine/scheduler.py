@@ -287,6 +287,34 @@ class Scheduler:
         result: T = await self._wait(job)
         return result
 
+    def enqueue(self, rows: Sequence[P], costs: Sequence[int], finish: Callable[[list[Any]], Any],
+                done: Callable[[asyncio.Future[Any]], None]) -> Callable[[], None] | None:
+        """`submit` without a coroutine or task of its own (an engine process takes thousands of small requests a
+        second): the rows join the batching queue and `done(future)` is called once they are answered, failed or
+        timed out. Returns the function that abandons them, or None where the rows need `submit` (no batching,
+        or more rows than the queue holds). Saturated is raised here, as submit raises it."""
+        n = len(rows)
+        if not self.batching or n == 0 or n > self.capacity:
+            return None
+        loop = self._get_loop()
+        job = _Job(loop.create_future(), time.perf_counter(), rows=rows, costs=costs, finish=finish,
+                   outputs=[None] * n, remaining=n)
+        self._admit(job, n)
+        timer = job.timer = loop.call_later(self.queue_timeout_s, self._expire, job)
+
+        def answered(future: asyncio.Future[Any]) -> None:
+            timer.cancel()
+            done(future)
+
+        job.future.add_done_callback(answered)
+        self._dispatch()
+
+        def abandon() -> None:
+            self._close(job)
+            job.future.cancel()
+
+        return abandon
+
     def _get_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()

@@ -42,6 +42,15 @@ def shell(model: LoadedModel) -> LoadedModel:
     return replace(model, sessions=[], wide=None)
 
 
+class _Abandon:
+    """What `cancel()` means for rows queued without a task: drop them."""
+
+    __slots__ = ("cancel",)
+
+    def __init__(self, cancel: Callable[[], None]) -> None:
+        self.cancel = cancel
+
+
 class EngineServer:
     def __init__(self, config: Config, registry: Registry, metrics: Metrics) -> None:
         self.config = config
@@ -60,7 +69,7 @@ class EngineServer:
                 max_queue=config.max_queue_of(m.config),
                 queue_timeout_ms=config.server.queue_timeout_ms,
                 observer=metrics.observer(m.name, m.version or ""), forward=self._tagged(pipe, m), budget=budget)
-        self._tasks: dict[tuple[ipc.Channel, int], asyncio.Task[None]] = {}
+        self._tasks: dict[tuple[ipc.Channel, int], asyncio.Task[None] | _Abandon] = {}
         self._channels: set[ipc.Channel] = set()
 
     def _tagged(self, pipe: RowPipeline, model: LoadedModel) -> RowForward:
@@ -116,6 +125,8 @@ class EngineServer:
         match msg:
             case ipc.Rows():
                 key = (channel, msg.id)
+                if self._enqueue(channel, msg, key):
+                    return
                 task = asyncio.ensure_future(self._rows(channel, msg))
                 self._tasks[key] = task
                 task.add_done_callback(lambda _t: self._tasks.pop(key, None))
@@ -129,6 +140,38 @@ class EngineServer:
             case ipc.Hello():
                 channel.send(ipc.Catalog(id=msg.id, catalog=self.catalog()))
 
+    def _enqueue(self, channel: ipc.Channel, msg: ipc.Rows, key: tuple[ipc.Channel, int]) -> bool:
+        """The rows into their model's batching queue with a callback for the answer, no task per request (the
+        common case); False where they need `_rows` (no batching, too many rows, an unknown model)."""
+        scheduler = self.schedulers.get(msg.key)
+        if scheduler is None:
+            return False
+        source = id(channel)
+
+        def done(future: asyncio.Future[Any]) -> None:
+            self._tasks.pop(key, None)
+            if future.cancelled():
+                return   # the front end no longer waits for it
+            exc = future.exception()
+            self._reply(channel, msg.id, ipc.Outputs(id=msg.id, outputs=future.result()) if exc is None
+                        else ipc.Failed(id=msg.id, error=ipc.error_to_wire(exc)))
+
+        try:
+            abandon = scheduler.enqueue([(source, r) for r in msg.rows], msg.costs, as_is, done)
+        except Exception as exc:  # noqa: BLE001 - Saturated and the like: the front end's answer
+            channel.send(ipc.Failed(id=msg.id, error=ipc.error_to_wire(exc)))
+            return True
+        if abandon is None:
+            return False
+        self._tasks[key] = _Abandon(abandon)    # done() runs later (a future's callbacks are scheduled) and pops it
+        return True
+
+    def _reply(self, channel: ipc.Channel, rid: int, reply: ipc.ToFrontEnd) -> None:
+        try:
+            channel.send(reply)
+        except TypeError as exc:   # an output the wire cannot carry: the request's error, not the engine's
+            channel.send(ipc.Failed(id=rid, error=ipc.error_to_wire(exc)))
+
     async def _rows(self, channel: ipc.Channel, msg: ipc.Rows) -> None:
         reply: ipc.ToFrontEnd
         try:
@@ -140,7 +183,4 @@ class EngineServer:
             return  # the front end no longer waits for it
         except Exception as exc:  # noqa: BLE001 - handed back to the front end that asked
             reply = ipc.Failed(id=msg.id, error=ipc.error_to_wire(exc))
-        try:
-            channel.send(reply)
-        except TypeError as exc:   # an output the wire cannot carry: the request's error, not the engine's
-            channel.send(ipc.Failed(id=msg.id, error=ipc.error_to_wire(exc)))
+        self._reply(channel, msg.id, reply)
