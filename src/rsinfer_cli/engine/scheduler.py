@@ -146,9 +146,10 @@ class Runner:
     def forward(self, rows: Sequence[Any], costs: Sequence[int]) -> list[Any]:
         if self.cancelled:
             raise Cancelled
-        t0, c0 = time.perf_counter(), time.thread_time()
+        cpu = self.on_thread
+        t0, c0 = time.perf_counter(), time.thread_time() if cpu else 0.0
         out = self._forward(self.session, rows)
-        t1, c1 = time.perf_counter(), time.thread_time()
+        t1, c1 = time.perf_counter(), time.thread_time() if cpu else 0.0
         if self._job is not None:
             self._job.ran(t0, t1)
         else:
@@ -156,11 +157,12 @@ class Runner:
             self.span = (self.span or (t0, t1))[0], t1
         if self._observer is not None:
             self._observer.forward(len(rows), len(rows) * max(costs, default=1), t1 - t0)
-        self.took, self.took_cpu = t1 - t0, c1 - c0
+        self.took, self.took_cpu = t1 - t0, (c1 - c0) if cpu else t1 - t0
         return out
 
     took = 0.0      # the last forward's seconds, and its CPU seconds on this thread: the scheduler learns from them
     took_cpu = 0.0  # whether this model's forwards are tiny
+    on_thread = True    # measure the CPU too (a worker thread's wall time counts its wait for the GIL; the loop's not)
     spent = 0.0     # without a job (run here, at once): the forwards' seconds, and the first start to the last end
     span: tuple[float, float] | None = None
 
@@ -414,9 +416,11 @@ class Scheduler:
                 queue.popleft()
                 self._start(head)
                 self._purge()
-                session = self._take(wide=not queue and self._alone())
+                tiny = self._tiny()
+                session = self._take(wide=not tiny and not queue and self._alone())
                 arg = (head, Runner(session, self.forward, self.observer, head))
-                if self._tiny():
+                arg[1].on_thread = not tiny
+                if tiny:
                     self._inline(session, arg)
                 else:
                     self._launch(session, self._run_direct, arg)
@@ -511,9 +515,10 @@ class Scheduler:
         now = time.perf_counter()
         if self.observer is not None:
             self.observer.waited(0.0)
-        session = self._take(wide=self._alone())
-        self.running += 1
+        session = self._take()      # a narrow lane: the latency lane's pool threads spin after each forward,
+        self.running += 1           # CPU a forward of a few µs never pays back (gRPC add_one: 429 -> µs a call)
         runner = Runner(session, self.forward, self.observer)
+        runner.on_thread = False
         try:
             return fn(runner)
         finally:
@@ -603,14 +608,15 @@ class Scheduler:
             if not live:
                 continue
             costs = [job.costs[i] for job, i in live]
-            t0, c0 = time.perf_counter(), time.thread_time()
+            here = threading.get_ident() == self._loop_thread
+            t0, c0 = time.perf_counter(), 0.0 if here else time.thread_time()
             try:
                 outs = self.forward(session, [job.rows[i] for job, i in live])
             except Exception as exc:  # noqa: BLE001 - handed to exactly the requests with rows in it
                 self._post([(job, None, exc) for job in dict.fromkeys(job for job, _ in live)])
                 continue
             t1 = time.perf_counter()
-            self._took(t1 - t0, time.thread_time() - c0, threading.get_ident() == self._loop_thread)
+            self._took(t1 - t0, t1 - t0 if here else time.thread_time() - c0, here)
             for job in dict.fromkeys(job for job, _ in live):
                 job.ran(t0, t1)
             if self.observer is not None:
