@@ -211,7 +211,7 @@ def test_the_direct_access_line_is_the_formatters_line(fmt):
             _RequestIdFilter().filter(record)
         finally:
             REQUEST_ID.reset(token)
-        assert formatter.info_line("rsinfer.access", created, "POST /x 200 0.1ms", rid, fields) == \
+        assert formatter.info_line("rsinfer.access", created, "POST /x 200 0.1ms", rid, lambda: fields) == \
             formatter.format(record)
 
 

@@ -101,9 +101,8 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
                 if request.content_length is not None and request.content_length > max_body:
                     raise web.HTTPRequestEntityTooLarge(max_size=max_body, actual_size=request.content_length)
                 try:
-                    if sys.version_info >= (3, 11):  # a deadline on this task, no extra task per request
-                        async with asyncio.timeout(timeout_s):
-                            response = await handler(request)
+                    if sys.version_info >= (3, 11):  # a deadline on this task: one timer, no extra task
+                        response = await _within(handler(request), timeout_s)
                     else:
                         response = await asyncio.wait_for(handler(request), timeout_s)
                 except (asyncio.TimeoutError, TimeoutError):
@@ -133,14 +132,44 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
                     "rsinfer.request_id": rid, "rsinfer.model": stats.get("model"), "rsinfer.rows": stats.get("rows")},
                     stats)
             if access and ACCESS.isEnabledFor(logging.INFO):
-                fields = {"method": request.method, "route": route, "status": status,
-                          "duration_ms": round(elapsed * 1000, 3), "client": request.remote}
-                for k, v in stats.items():
-                    if not k.startswith("t_"):
-                        fields[k] = round(v, 3) if isinstance(v, float) else v
-                log_access(f"{request.method} {route} {status} {elapsed * 1000:.1f}ms", fields)
+                method = request.method
+
+                def fields() -> dict[str, Any]:     # made only for a format that prints them (JSON)
+                    out = {"method": method, "route": route, "status": status,
+                           "duration_ms": round(elapsed * 1000, 3), "client": request.remote}
+                    for k, v in stats.items():
+                        if not k.startswith("t_"):
+                            out[k] = round(v, 3) if isinstance(v, float) else v
+                    return out
+
+                log_access(f"{method} {route} {status} {elapsed * 1000:.1f}ms", fields)
 
     return middleware
+
+
+async def _within(work: Awaitable[web.StreamResponse], seconds: float) -> web.StreamResponse:
+    """`await work`, cancelled after `seconds` with TimeoutError: asyncio.timeout's contract (the cancel it makes
+    is taken back with uncancel(), any other cancel goes through) at one timer per request, without its context
+    manager's state machine (~4 µs a request under load)."""
+    task = asyncio.current_task()
+    assert task is not None
+    fired = False
+
+    def expire() -> None:
+        nonlocal fired
+        fired = True
+        task.cancel()
+
+    loop = asyncio.get_running_loop()
+    timer = loop.call_at(loop.time() + seconds, expire)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if fired and task.uncancel() == 0:  # type: ignore[attr-defined,unused-ignore]  # 3.11+
+            raise TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
 
 
 def timing_headers(stats: dict[str, Any], total_s: float) -> dict[str, str]:

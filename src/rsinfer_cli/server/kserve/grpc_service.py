@@ -113,8 +113,9 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             elapsed = time.perf_counter() - t0
             self._observe(method, code, elapsed)
             if self.access and ACCESS.isEnabledFor(logging.INFO):
-                log_access(f"gRPC {method} {code.name} {elapsed * 1000:.1f}ms", {
-                    "method": "gRPC", "route": method, "code": code.name, "duration_ms": round(elapsed * 1000, 3)})
+                name = code.name
+                log_access(f"gRPC {method} {name} {elapsed * 1000:.1f}ms", lambda: {
+                    "method": "gRPC", "route": method, "code": name, "duration_ms": round(elapsed * 1000, 3)})
 
     def _model(self, name: str, version: str) -> Any:
         return self.state.registry.get(name, "tensor", version or None)
