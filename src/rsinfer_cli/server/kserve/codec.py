@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InputError
+from ...jsonio import JSONDecodeError, loads
 from ...pipelines.base import Array
 from ...pipelines.tensor import DATATYPES, datatype_of, element_count, numpy_dtype
 
@@ -130,8 +131,6 @@ _OUT_TYPES: dict[np.dtype[Any], str] = {}     # an output's dtype → its KServe
 
 def parse_infer_body(body: bytes, header_length: int | None) -> tuple[dict[str, Any], bytes]:
     """(the JSON request, the binary tail): `Inference-Header-Content-Length` splits them."""
-    from ...jsonio import JSONDecodeError, loads
-
     if header_length is not None:
         if not 0 < header_length <= len(body):
             raise InputError(f"Inference-Header-Content-Length is {header_length} but the body has {len(body)} bytes")

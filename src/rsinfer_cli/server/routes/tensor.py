@@ -12,6 +12,7 @@ from msgspec import Meta, Struct
 
 from ...engine.model import LoadedModel
 from ...errors import InputError, ModelNotFound
+from ...jsonio import dumps
 from ...pipelines.tensor import TensorPipeline, TensorResult, datatype_of, kserve_shape, platform, tensor_metadata
 from ..kserve import codec
 from ..schemas import Model, Op, Request, Response
@@ -188,8 +189,6 @@ async def kserve_infer(request: web.Request) -> web.Response:
     response: dict[str, Any] = {"model_name": m.name, "model_version": m.version or "1", "outputs": items}
     if "id" in body:
         response["id"] = body["id"]
-    from ...jsonio import dumps
-
     head = dumps(response)
     if not chunks:
         return web.Response(body=head, content_type="application/json")
