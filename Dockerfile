@@ -1,6 +1,7 @@
 # rsinfer in a container: a build stage makes the venv, the final stage carries only the venv.
 #   docker build -t rsinfer .
-#   docker build -t rsinfer --build-arg MODEL=Xenova/all-MiniLM-L6-v2 .      # a model baked in at build time
+#   docker build -t rsinfer --build-arg MODEL=Xenova/all-MiniLM-L6-v2 .      # a model baked in and served
+#     (as MODEL_NAME, default "default"; the image's config then serves that folder alone, HTTP 8080, gRPC 8001)
 #   docker run -p 8080:8080 -v $PWD/config.yaml:/etc/rsinfer/config.yaml:ro rsinfer
 ARG PYTHON=3.11
 
@@ -12,15 +13,25 @@ COPY src ./src
 COPY completions ./completions
 COPY man ./man
 RUN /opt/rsinfer/bin/pip install --no-cache-dir .
-# optional: `rsinfer download` a Hub model into the image (air-gapped at run time)
+# optional: `rsinfer download` a Hub model into the image (air-gapped at run time) and a config that serves it;
+# without MODEL the image's config is config.example.yaml
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG MODEL=""
-RUN if [ -n "$MODEL" ]; then /opt/rsinfer/bin/rsinfer download "$MODEL" /models/default; else mkdir -p /models; fi
+ARG MODEL_NAME=default
+COPY config.example.yaml ./
+RUN mkdir -p /models /config \
+ && if [ -n "$MODEL" ]; then \
+      kind=$(/opt/rsinfer/bin/rsinfer download "$MODEL" /models/default --json \
+             | /opt/rsinfer/bin/python -c 'import json, sys; print(json.load(sys.stdin)["kind"])') \
+      && printf 'server:\n  grpc_bind: 127.0.0.1:8001\nmodels:\n  - name: %s\n    kind: %s\n    path: /models/default\n' \
+           "$MODEL_NAME" "$kind" > /config/config.yaml; \
+    else cp config.example.yaml /config/config.yaml; fi
 
 FROM python:${PYTHON}-slim
 RUN useradd --system --uid 10001 --home-dir /var/lib/rsinfer --create-home rsinfer
 COPY --from=build /opt/rsinfer /opt/rsinfer
 COPY --from=build --chown=rsinfer:rsinfer /models /models
-COPY config.example.yaml /etc/rsinfer/config.yaml
+COPY --from=build /config/config.yaml /etc/rsinfer/config.yaml
 ENV PATH=/opt/rsinfer/bin:$PATH \
     HF_HOME=/var/lib/rsinfer/hf-home \
     PYTHONUNBUFFERED=1

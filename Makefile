@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CONFIG ?= config.example.yaml
 PIP := $(BIN)/python -m pip
 
-.PHONY: install dev test lint serve completions man proto docs-assets cpu gpu-cuda gpu-trt mac-coreml openvino clean
+.PHONY: install dev test lint serve completions man docs-ref docs docs-serve proto docs-assets cpu gpu-cuda gpu-trt mac-coreml openvino clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,14 @@ lint: dev
 serve: install                ## start the daemon on $(CONFIG) (models are pulled from the Hub on first start)
 	$(BIN)/rsinfer serve --config $(CONFIG)
 
-completions man: dev          ## regenerate completions/ and man/ from the CLI (a test diffs them)
+completions man docs-ref: dev ## regenerate completions/, man/ and docs/reference/ from the code (a test diffs them)
 	$(BIN)/python -m rsinfer_cli.cli.docgen .
+
+docs: dev                     ## build the docs site into site/ (mkdocs build --strict; the suite runs it too)
+	$(BIN)/mkdocs build --strict
+
+docs-serve: dev               ## the docs site on http://127.0.0.1:8000, rebuilt on every edit
+	$(BIN)/mkdocs serve -a 127.0.0.1:8000
 
 KSERVE := src/rsinfer_cli/server/kserve
 proto: dev                    ## regenerate the committed KServe v2 gRPC modules from $(KSERVE)/kserve.proto

@@ -112,6 +112,7 @@ class TestDownloadCli:
         assert f"path: {out}" in proc.stdout
         again = rsinfer("download", "org/emb", str(out), "--json", env=env)
         assert all(not f["written"] for f in json.loads(again.stdout)["files"])
+        assert json.loads(again.stdout)["kind"] == "embedding"      # the kind the stub names
         # the folder boots offline through the CLI
         offline = rsinfer("inspect", "--path", str(out), "--json",
                           env={**env, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"})
@@ -129,7 +130,14 @@ class TestGenerated:
         from rsinfer_cli.cli.docgen import generated
 
         stale = [rel for rel, text in generated().items() if (ROOT / rel).read_text(encoding="utf-8") != text]
-        assert not stale, f"regenerate with `make completions man`: {stale}"
+        assert not stale, f"regenerate with `make completions man docs-ref`: {stale}"
+
+    def test_every_config_key_has_its_comment(self):
+        """The configuration reference is made from the comments beside the dataclass fields: a key added
+        without one fails here, so the reference never shows an empty row."""
+        from rsinfer_cli.cli.docref import undocumented
+
+        assert undocumented() == []
 
     def test_man_lists_every_command_option_and_exit_code(self):
         from rsinfer_cli.cli.app import EXIT_DOCS, app
@@ -188,15 +196,15 @@ def test_no_import_cycle_between_server_and_workers():
                 raise AssertionError(f"{path.relative_to(ROOT)}:{node.lineno} imports the workers package")
 
 
-def test_readme_cli_table_lists_every_command():
-    """README "The CLI at a glance" is one Markdown table (no blank line inside it) with a row per command."""
+def test_docs_cli_table_lists_every_command():
+    """docs/cli.md's table is one Markdown table (no blank line inside it) with a row per command."""
     import re
     from pathlib import Path
 
     from rsinfer_cli.cli.app import app
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = text.split("## The CLI at a glance", 1)[1].split("\n\n**(model options)**", 1)[0]
+    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = text.split("# The CLI", 1)[1].split("\n\n**(model options)**", 1)[0]
     rows = section.strip().splitlines()
     assert all(line.startswith("|") for line in rows), "a blank or stray line breaks the table"
     listed = {m.group(1) for line in rows if (m := re.match(r"\| `rsinfer (\w+)", line))}

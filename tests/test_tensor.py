@@ -462,27 +462,3 @@ class TestInputRules:
         with pytest.raises(ConfigError, match=r"models\[0\].normalize_input: applies to kind tensor only"):
             parse_config({"models": [{"name": "e", "kind": "embedding", "path": "x", "normalize_input": "minmax"}]})
 
-
-def test_the_readme_tensor_examples_run(shared_models):
-    """README "Tensor models": the tritonclient block and the /batch curl, run against a live server on the shared
-    add_one graph, print what the README says they print."""
-    import contextlib
-    import io
-    import re
-    import shlex
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Tensor models (KServe v2, Triton clients)", 1)[1].split("\n## ", 1)[0]
-    python = re.search(r"A stock Triton client.*?```python\n(.*?)```", section, re.S).group(1)
-    curl, expected = re.search(r"```sh\n(curl -s localhost:8080/batch .*?)\n# (.*?)\n```", section, re.S).groups()
-    cfg = parse_config({"models": [{"name": "adder", "kind": "tensor", "max_batch_size": 8,
-                                    "path": str(shared_models / "tensor-models" / "add_one")}]})
-    with ServerThread(cfg) as srv:
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(python.replace("127.0.0.1:8080", srv.url.removeprefix("http://")), {})   # noqa: S102
-        assert out.getvalue().strip() == python.split("# ", 1)[1].strip().splitlines()[0].strip()
-        args = shlex.split(curl)
-        body = json.loads(args[args.index("-d") + 1])
-        got = httpx.post(srv.url + "/batch", json=body, timeout=30).json()
-        assert got == json.loads(expected)

@@ -41,9 +41,12 @@ CPU_MAX_PADDING = 16        # padding tokens a row may add to a CPU batch before
 
 @dataclass(frozen=True)
 class BatchingConfig:
+    # rows of concurrent requests share forwards; false: each request runs on its own
     enabled: bool = True
+    # rows per forward, on every path (rs-infer's `max_batch` sets it)
     max_rows: int = _opt(64, gt=0)
     max_tokens: int | None = _opt(None, gt=0)   # None: 512 when the model runs on CPU, 8192 on an accelerator
+    # rows that may wait for this model; more → 429 with Retry-After (a larger request runs alone)
     queue_rows: int = _opt(1024, gt=0)
 
 
@@ -51,6 +54,7 @@ class BatchingConfig:
 class CacheConfig:
     """The row cache (server-wide; a model opts out with `cache: false`)."""
 
+    # memory: an LRU in this process (each front end its own); redis: shared by every replica
     backend: str = _opt("memory", choices=("memory", "redis"))
     max_mb: float = _opt(256, gt=0)                     # memory: an LRU bounded by this many MiB
     url: str = "redis://127.0.0.1:6379/0"               # redis: rediss:// and a password in the URL work
@@ -63,7 +67,9 @@ class CacheConfig:
 class RateLimitConfig:
     """`requests` per `window_s` seconds per client (server/ratelimit.py)."""
 
+    # requests allowed per client per window
     requests: int = _opt(60, gt=0)
+    # the window, in seconds
     window_s: float = _opt(60.0, gt=0)
 
 
@@ -72,25 +78,38 @@ class TracingConfig:
     """OpenTelemetry spans over OTLP/HTTP protobuf to `<otlp_endpoint>/v1/traces` (server/tracing.py)."""
 
     otlp_endpoint: str                               # required, e.g. http://127.0.0.1:4318
+    # the `service.name` of the spans
     service_name: str = "rsinfer"
+    # the share of traces sampled, unless the client's traceparent decided
     sample_ratio: float = _opt(1.0, ge=0, le=1)
 
 
 @dataclass(frozen=True)
 class ServerConfig:
+    # HTTP host:port (127.0.0.1 unless you mean it; `--host`/`--port` override)
     bind: str = "127.0.0.1:8080"
     grpc_bind: str | None = None          # KServe v2 gRPC (tritonclient.grpc), e.g. 127.0.0.1:8001; off when unset
+    # largest request body, checked before it is read; more → 413
     max_body_mb: float = _opt(32, gt=0)
+    # a request's deadline: past it → 408 and its queued work is dropped
     request_timeout_ms: int = _opt(120_000, gt=0)
+    # requests that may wait for a replica, per model (a model's own `max_queue` overrides); more → 429
     max_queue: int = _opt(256, ge=0)
+    # longest wait for a free replica; longer → 503
     queue_timeout_ms: int = _opt(30_000, gt=0)
+    # where `hf:` models are cached (<dir>/hf); else $HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub
     hf_cache_dir: str | None = None
     threads: int = _opt(0, ge=0, auto=0)   # CPUs the thread plan uses; 0/auto: those this process may use
+    # bearer keys; set, every route but /health, KServe live/ready, /openapi.json and /docs needs one (an entry may
+    # be {key, rate_limit})
     api_keys: tuple[str, ...] = ()
     max_texts: int = _opt(2048, gt=0)            # texts per embedding / PII / classification request
     max_text_chars: int = _opt(1_000_000, gt=0)  # characters per text (a model may set its own); more → 413
+    # documents per rerank request; more → 413
     max_rerank_documents: int = _opt(1000, gt=0)
+    # labels per zero-shot request; more → 400
     max_candidate_labels: int = _opt(64, gt=0)
+    # salt of PII `hash` mode; unset: random per process (equal values hash equal only within one)
     pii_hash_salt: str | None = None
     cache: CacheConfig | None = None                 # null: no cache
     # front-end processes (HTTP, validation, tokenizing, JSON) beside one engine process per device; 1: one
@@ -121,48 +140,75 @@ class ServerConfig:
 class VersionConfig:
     """One version of a model: its own source, and its share of the requests that name no version."""
 
+    # its name: `/versions/{v}` and `model_version` pick it
     version: str
+    # a Hub repo id (or `path:`)
     hf: str | None = None
+    # a local folder, relative to the config file
     path: str | None = None
+    # the Hub branch, tag or commit
     revision: str = "main"
+    # the folder of the repo that holds the graph
     subfolder: str | None = None
+    # the graph file, pinned (else the preference order picks one)
     file: str | None = None
+    # its share (integers summing to 100) of the requests that name no version
     weight: int | None = _opt(None, ge=0, le=100)
 
 
 @dataclass(frozen=True)
 class ModelConfig:
+    # what requests call it (`model`, `/models/{name}`, `/v2/models/{name}`)
     name: str
+    # its family: what it serves and which routes
     kind: str = field(metadata={"choices": lambda: _families().kinds()})
+    # a Hub repo id, fetched on first start into the Hub cache (or `path:`)
     hf: str | None = None
+    # a local folder (`rsinfer download` makes one), relative to the config file
     path: str | None = None
+    # the Hub branch, tag or commit of `hf:`
     revision: str = "main"
+    # the folder of the repo that holds the graph (searched: the root, this, `onnx/`)
     subfolder: str | None = None
+    # the graph file, pinned (else model.onnx, model_fp16, model_quantized, ...)
     file: str | None = None
+    # a Hub repo to take the tokenizer from, when the model's own has none
     tokenizer_hf: str | None = None
+    # prefer the graph of this precision (auto: fp32, then fp16, then quantized)
     dtype: str = _opt("auto", aliases=DTYPE_ALIASES)
+    # tokens per input; longer is cut (or refused with `truncate: false`); default: the model's own limit
     max_len: int | None = _opt(None, gt=0)
     max_text_chars: int | None = _opt(None, gt=0)   # characters per text for this model (else server.max_text_chars)
+    # false: an input over `max_len` is a 400 naming it, not cut
     truncate: bool = True
+    # the model a request naming none gets, among several of its kind (one of a kind is its default)
     default: bool = False
     cache: bool = True                    # false: this model's rows never go through server.cache
     max_queue: int | None = _opt(None, ge=0)   # requests allowed to wait for this model (else server.max_queue)
     replicas: int | None = _opt(None, ge=1, auto=None)   # concurrent forwards; None/auto: the thread plan
     max_batch: int | None = _opt(None, ge=1)  # rs-infer's spelling of batching.max_rows (one knob: that one)
+    # execution providers in order; one not installed is skipped with a warning, CPU always last
     eps: tuple[str, ...] = _opt(("cpu",), choices=EPS)
     intra_threads: int = _opt(0, ge=0, auto=0)          # threads per forward; 0/auto: the thread plan
+    # the GPU for cuda/tensorrt/directml
     device_id: int = _opt(0, ge=0)
+    # a folder where TensorRT keeps its built engines between starts
     trt_engine_cache: str | None = None
+    # CoreML: which units may run the graph
     coreml_compute_units: str = _opt("all", choices=("all", "cpu_and_gpu", "cpu_and_ne", "cpu_only"))
+    # OpenVINO: the device (CPU, GPU, NPU, AUTO)
     openvino_device: str = "CPU"
+    # ONNX Runtime's own log level for this model's sessions
     ort_log_level: str = _opt("warn", choices=("verbose", "info", "warn", "warning", "error", "fatal"))
     # tensor
     max_batch_size: int = _opt(0, ge=0)    # > 0: dimension 0 is the batch; requests are batched up to this many rows
     # tensor: what serves the folder (engine/scripts.py): auto (from its files) | onnx | python | exec (nereid: cpp)
     backend: str = _opt("auto", choices=("auto", "onnx", "python", "exec", "cpp"))
+    # cross-request batching of this model's rows (below)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     # versions: each loads as its own model; requests naming none are routed by weight (or default_version)
     versions: tuple[VersionConfig, ...] = ()
+    # the version a request naming none gets, when the versions carry no weights (else the last)
     default_version: str | None = None
     version: str | None = field(default=None, metadata={"internal": True})   # set on each loaded version
     # the family's own keys (written flat in the model entry), as its `options` dataclass (families.Family.options)

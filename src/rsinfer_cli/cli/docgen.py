@@ -1,6 +1,7 @@
 """Generate shell completions (bash, zsh, fish) and the man page from the Typer app.
 
-`make completions man` runs `python -m rsinfer_cli.cli.docgen`; a test regenerates and diffs the committed files.
+`make completions man docs-ref` runs `python -m rsinfer_cli.cli.docgen`, which also writes the docs site's reference
+pages (cli/docref.py); a test regenerates and diffs the committed files.
 Static scripts: a <TAB> never starts Python.
 """
 
@@ -281,14 +282,17 @@ def man() -> str:
     out.append(".SH ENVIRONMENT")
     for var, doc in ENVIRONMENT.items():
         out += [".TP", f".B {var}", _roff(doc[0].upper() + doc[1:] + ".")]
-    out += [".SH SEE ALSO", "The README and config.example.yaml of the rsinfer project.", ""]
+    out += [".SH SEE ALSO", "The README, the docs/ site (docs/reference/configuration.md, cli.md, metrics.md) and "
+            "config.example.yaml of the rsinfer project.", ""]
     return "\n".join(out)
 
 
 def generated() -> dict[str, str]:
-    """Repo-relative path → content of every generated artefact."""
+    """Repo-relative path → content of every generated artefact (the docs site's reference pages included)."""
+    from .docref import generated as reference_pages
+
     return {"completions/rsinfer.bash": bash(), "completions/_rsinfer": zsh(),
-            "completions/rsinfer.fish": fish(), "man/rsinfer.1": man()}
+            "completions/rsinfer.fish": fish(), "man/rsinfer.1": man(), **reference_pages()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -88,8 +88,9 @@ def download_cmd(
     with progress or nullcontext():
         result = download(spec, out, cache, progress)
     r = result.resolved
-    if json_out:
-        print_json({"repo": repo, "revision": revision, "commit": r.commit, "out": str(out),
+    kind = _guess_kind(r)
+    if json_out:   # `kind` is what the config stub says: the Dockerfile's MODEL build argument serves it with it
+        print_json({"repo": repo, "revision": revision, "commit": r.commit, "out": str(out), "kind": kind,
                     "graph": r.graph_file, "reason": r.graph_reason,
                     "files": [{"path": p, "bytes": n, "written": w} for p, n, w in result.files]})
         return
@@ -98,7 +99,6 @@ def download_cmd(
     for p, n, w in result.files:
         typer.echo(f"  {p:<{width}}  {human_size(n):>10}{'' if w else '  (unchanged)'}")
     typer.echo(f"graph: {r.graph_file} ({r.graph_reason})")
-    kind = _guess_kind(r)
     typer.echo("\nadd to your config:\n"
                f"  - name: {out.resolve().name}\n"
                f"    kind: {kind}   # guessed from the files; one of {' | '.join(families.kinds())}\n"

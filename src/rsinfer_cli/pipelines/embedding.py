@@ -62,9 +62,13 @@ class EmbedResult(Timed):
 class EmbeddingOptions:
     """The embedding family's model keys."""
 
+    # auto: from 1_Pooling/config.json (else mean); cls, mean or last token
     pooling: str = opt("auto", choices=("auto", "cls", "mean", "last"))
+    # unit-length vectors (a request's `normalize` overrides)
     normalize: bool = True
+    # keep the first N dimensions (Matryoshka), then normalize; a request's `dimensions` overrides
     dimensions: int | None = opt(None, gt=0)
+    # accepted for older configs and not read: whether the graph pools is seen from its output ([B, D] is pooled)
     pooling_in_graph: bool | None = None
 
 

@@ -376,8 +376,11 @@ def redact_spans(text: str, entities: Sequence[Entity], mode: str = "mask", mask
 class PiiOptions:
     """The pii family's model keys."""
 
+    # a token's label probability needed to be part of an entity (a request's `threshold` overrides)
     threshold: float = opt(0.5, ge=0, le=1)
+    # this model's salt for `hash` mode (else server.pii_hash_salt)
     pii_hash_salt: str | None = None
+    # pattern recognizers beside the model, each validating what it finds; [] turns them off
     pii_recognizers: tuple[str, ...] = opt(DEFAULT_RECOGNIZERS, choices=RECOGNIZERS)
     pii_regions: tuple[str, ...] = ("US",)      # phone numbering plans and national-id schemes to recognise
     pii_merge: tuple[str, ...] = opt(("address",), choices=("address",))   # address parts → one ADDRESS

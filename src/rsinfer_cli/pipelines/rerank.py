@@ -38,6 +38,7 @@ class ScoreResult(Timed):
 class RerankOptions:
     """The rerank family's model keys."""
 
+    # auto: from the output's shape ([B,1] sigmoid, [B,2] softmax, [B,S,V] P(yes)); logit: raw values
     scoring: str = opt("auto", choices=("auto", "logit", "sigmoid", "softmax", "yes_no"))
 
 

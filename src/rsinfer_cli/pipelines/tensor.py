@@ -82,8 +82,11 @@ class TensorOptions:
     every input (the batch dimension left out when max_batch_size > 0); minmax rescales each row of a float input
     to [0, 1] (`normalize_input`: `normalize` is the embedding family's L2 switch)."""
 
+    # fewest elements an input may have (the batch dimension left out); fewer → 400
     min_elements: int | None = opt(None, ge=0)
+    # most elements an input may have; more → 400
     max_elements: int | None = opt(None, gt=0)
+    # minmax: each row of a float input rescaled to [0, 1] before the forward
     normalize_input: str = opt("none", choices=("none", "minmax"))
 
 

@@ -92,9 +92,13 @@ class TrueFalseResult(Timed):
 class ZeroShotOptions:
     """The zeroshot family's model keys."""
 
+    # each candidate label becomes this hypothesis ({label} or {})
     hypothesis_template: str = "The text is about {label}."
+    # the label of config.json's id2label that means entailment
     entailment_label: str = "entailment"
+    # the label that means contradiction
     contradiction_label: str = "contradiction"
+    # hf: the transformers pipeline's scores; nli_margin: entailment vs contradiction margin
     zeroshot_scoring: str = opt("hf", choices=("hf", "nli_margin"))
 
     def check(self) -> list[tuple[str, str]]:

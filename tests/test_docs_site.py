@@ -1,0 +1,32 @@
+"""The docs site builds with `mkdocs build --strict` (a broken link, a missing page in the nav or a snippet that
+does not resolve fails), and its pages are the ones the README links to."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_mkdocs_build_strict(tmp_path):
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    perf = (tmp_path / "site" / "performance" / "index.html").read_text(encoding="utf-8")
+    assert "Server CPU per small request" in perf        # benchmarks/RESULTS.md is included, not copied
+    config = (tmp_path / "site" / "reference" / "configuration" / "index.html").read_text(encoding="utf-8")
+    assert "server.request_timeout_ms" in config
+
+
+def test_readme_links_resolve_and_every_page_is_in_the_nav():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert links and all((ROOT / link).is_file() for link in links), links
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    pages = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
+    assert pages == set(re.findall(r":\s+([\w/-]+\.md)\s*$", nav, re.M)), pages
