@@ -213,13 +213,13 @@ def _cell(text: str) -> str:
 def metrics_md() -> str:
     from prometheus_client.metrics import MetricWrapperBase
 
-    from ..server.metrics import Metrics, QueueCollector
+    from ..server.metrics import Family, Metrics, QueueCollector
 
     m = Metrics()
     m.with_cache(lambda: 0.0)
     m.add_live(QueueCollector(lambda: [("m", "", 0, 0, 0)]))
     for wrapper in vars(m).values():     # one child each, so that every labelled metric shows its labels
-        if isinstance(wrapper, MetricWrapperBase) and wrapper._labelnames:
+        if isinstance(wrapper, (MetricWrapperBase, Family)) and wrapper._labelnames:
             wrapper.labels(*["x"] * len(wrapper._labelnames))
     out = [HEADER.format(src="the metrics registry (src/rsinfer_cli/server/metrics.py)"), "# Metrics", "",
            "What `GET /metrics` exposes (Prometheus text format; with worker processes, merged over every process). "
