@@ -6,6 +6,7 @@ Tensor-generic: the engine knows sessions, input/output names, dtypes and shapes
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -160,12 +161,16 @@ class LoadedModel:
 
     def run(self, session: Session, feeds: Feeds, outputs: list[str] | None = None) -> Outputs:
         """One forward on `session` (one of this model's replicas) → the requested outputs by name."""
-        names = outputs or [o.name for o in self.graph.outputs]
+        names = outputs or self.output_names
         try:
             values = session.run(names, feeds)
         except Exception as exc:  # noqa: BLE001 - ORT raises untyped errors
             raise InferenceError(f"inference failed for model '{self.name}': {exc}", model=self.name) from exc
         return {n: np.asarray(v) for n, v in zip(names, values, strict=True)}
+
+    @functools.cached_property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.graph.outputs]
 
     def card(self) -> dict[str, Any]:
         """What the model is and how it runs, for /v1/models, `inspect` and logs."""

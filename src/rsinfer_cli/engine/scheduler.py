@@ -177,6 +177,8 @@ def run_rows(runner: Runner, rows: Sequence[P], costs: Sequence[int], *, max_row
              max_padding: int | None = None) -> list[Any]:
     """All rows on one replica in length-sorted forwards of at most `max_rows` rows / `max_tokens` padded
     tokens; one output per row, in row order."""
+    if len(rows) == 1:                    # one row: one forward, nothing to plan
+        return runner.forward(rows, costs)
     outputs: list[Any] = [None] * len(rows)
     for batch in plan_batches(costs, max_rows, max_tokens, max_padding):
         outs = runner.forward([rows[i] for i in batch], [costs[i] for i in batch])

@@ -97,6 +97,7 @@ class TensorPipeline(RowPipeline):
         super().__init__(model, server)
         self.max_batch_size = model.config.max_batch_size
         self.inputs = {t.name: t for t in model.graph.inputs}
+        self._shapes = {t.name: kserve_shape(t) for t in model.graph.inputs}   # checked against on every request
         self.outputs = [t.name for t in model.graph.outputs]
         if self.max_batch_size > 0:
             for t in model.graph.inputs:
@@ -165,7 +166,7 @@ class TensorPipeline(RowPipeline):
             info = self.inputs.get(name)
             if info is None:
                 raise InputError(f"unknown input '{name}'; the model's inputs are {self.signature()}", param=name)
-            want = kserve_shape(info)
+            want = self._shapes[name]
             shape = list(arr.shape)
             if self.max_batch_size > 0 and len(shape) == len(want) - 1:  # batch dimension left out: [1, ...]
                 arr, shape, unbatched = arr[None, ...], [1, *shape], True
