@@ -477,7 +477,8 @@ class TestInlineForwards:
 
 def test_enqueue_answers_by_callback_and_abandons():
     """Scheduler.enqueue (the engine process's path: no task per request): done(future) with the outputs in row
-    order; abandoned rows never reach a forward; a full queue raises Saturated at once; no batching → None."""
+    order; abandoned rows never reach a forward; a full queue raises Saturated at once; rows that do not batch run
+    as one direct job; no rows → None."""
     from rsinfer_cli.engine.scheduler import as_is
     from rsinfer_cli.errors import Saturated
 
@@ -512,6 +513,9 @@ def test_enqueue_answers_by_callback_and_abandons():
         assert got["c"].cancelled() and "e" not in got
         assert all("c" not in rows for rows in seen)
         plain = Scheduler("p", ["s1"], forward, EXECUTOR, batching=False, max_rows=4, max_tokens=512)
-        assert plain.enqueue(["x"], [1], as_is, lambda f: None) is None
+        direct = loop.create_future()
+        assert plain.enqueue(["x", "y"], [1, 1], as_is, direct.set_result) is not None   # one direct job
+        assert (await asyncio.wait_for(direct, 5)).result() == ["X", "Y"]
+        assert plain.enqueue([], [], as_is, lambda f: None) is None
 
     asyncio.run(asyncio.wait_for(main(), 20))

@@ -295,15 +295,23 @@ class Scheduler:
                 done: Callable[[asyncio.Future[Any]], None]) -> Callable[[], None] | None:
         """`submit` without a coroutine or task of its own (an engine process takes thousands of small requests a
         second): the rows join the batching queue and `done(future)` is called once they are answered, failed or
-        timed out. Returns the function that abandons them, or None where the rows need `submit` (no batching,
-        or more rows than the queue holds). Saturated is raised here, as submit raises it."""
+        timed out. Returns the function that abandons them, or None where the rows need `submit` (none). Rows that
+        do not batch (batching off, or more than the queue holds) run as one direct job, as `submit` runs them.
+        Saturated is raised here, as submit raises it."""
         n = len(rows)
-        if not self.batching or n == 0 or n > self.capacity:
+        if n == 0:
             return None
         loop = self._get_loop()
-        job = _Job(loop.create_future(), time.perf_counter(), rows=rows, costs=costs, finish=finish,
-                   outputs=[None] * n, remaining=n)
-        self._admit(job, n)
+        if not self.batching or n > self.capacity:
+            def whole(runner: Runner) -> Any:
+                return finish(run_rows(runner, rows, costs, max_rows=self.max_rows, max_tokens=self.max_tokens,
+                                       max_padding=self.max_padding))
+
+            job = self._admit(_Job(loop.create_future(), time.perf_counter(), direct=whole), 0)
+        else:
+            job = _Job(loop.create_future(), time.perf_counter(), rows=rows, costs=costs, finish=finish,
+                       outputs=[None] * n, remaining=n)
+            self._admit(job, n)
         timer = job.timer = loop.call_later(self.queue_timeout_s, self._expire, job)
 
         def answered(future: asyncio.Future[Any]) -> None:

@@ -85,12 +85,41 @@ class Family:
     makes 5-7 of them."""
 
     def __init__(self, kind: str, name: str, doc: str, labelnames: Sequence[str], registry: CollectorRegistry,
-                 buckets: Sequence[float] = ()) -> None:
+                 buckets: Sequence[float] = (), mirror: Any = None) -> None:
+        """`mirror`: a prometheus_client metric of the same name (worker processes: its values live in the
+        multiprocess files the front ends merge); `flush()` adds what was observed since the last flush to it, so
+        an engine writes its files once per scrape, not once per forward. Without a mirror the family is exposed
+        by the registry itself."""
         self.kind, self.name, self.doc, self._labelnames = kind, name, doc, tuple(labelnames)
         self.bounds = tuple(b for b in buckets if b != math.inf)
         self._children: dict[tuple[str, ...], Any] = {}
         self._lock = threading.Lock()
-        registry.register(self)     # a collector: collect() is all the registry calls
+        self.mirror = mirror
+        self._flushed: dict[tuple[str, ...], tuple[list[int], float]] = {}
+        if mirror is None:
+            registry.register(self)     # a collector: collect() is all the registry calls
+
+    def flush(self) -> None:
+        """What was observed since the last flush, into the mirror's values (its multiprocess file)."""
+        if self.mirror is None:
+            return
+        for key, child in list(self._children.items()):
+            with child.lock:
+                now = (list(child.counts), child.total) if self.kind == "histogram" else ([], child.value)
+            before_counts, before_total = self._flushed.get(key, ([0] * len(now[0]), 0.0))
+            target = self.mirror.labels(*key)
+            if self.kind == "counter":
+                if now[1] != before_total:
+                    target.inc(now[1] - before_total)
+            else:
+                # prometheus_client's histogram child: one value per bucket (not cumulative) and the sum - the
+                # values observe() itself increments, written here in one go
+                for i, (a, b) in enumerate(zip(now[0], before_counts, strict=True)):
+                    if a != b:
+                        target._buckets[i].inc(a - b)
+                if now[1] != before_total:
+                    target._sum.inc(now[1] - before_total)
+            self._flushed[key] = now
 
     def labels(self, *values: str) -> Any:
         key = tuple(str(v) for v in values)
@@ -129,10 +158,14 @@ def _le(bound: float) -> str:
 class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self) -> None:
+    def __init__(self, batched: bool = False) -> None:
+        """`batched` (an engine process): with worker processes, observations are kept here and written to the
+        multiprocess files by `flush()` (the engine flushes when a front end asks for its numbers before rendering
+        /metrics, and every second), not one file write per observation."""
         # with worker processes every process writes its samples under $PROMETHEUS_MULTIPROC_DIR (set by the
         # supervisor before any of them imports prometheus_client) and `render` merges them
         self.multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+        self.families: list[Family] = []
         self.live: list[Any] = []   # collectors read at render time in this process (queue numbers)
         self._cache_bytes: tuple[Any, Callable[[], float]] | None = None
         self._http: dict[tuple[str, int], tuple[Any, Any]] = {}
@@ -142,6 +175,8 @@ class Metrics:
         fast = self.multiprocess_dir is None
         Counter = _counter if fast else _PromCounter       # noqa: N806 - the classes these stand for
         Histogram = _histogram if fast else _PromHistogram  # noqa: N806
+        if not fast and batched:
+            Counter, Histogram = self._mirrored(_PromCounter), self._mirrored(_PromHistogram)  # noqa: N806
         self.requests = Counter("rsinfer_http_requests", "HTTP requests by route and status",
                                 ["route", "status"], registry=r)
         self.duration = Histogram("rsinfer_http_request_duration_seconds", "HTTP request duration",
@@ -173,6 +208,23 @@ class Metrics:
         self.tokens = Counter("rsinfer_tokens", "Input tokens processed", ["model", "version"], registry=r)
         self.truncated = Counter("rsinfer_truncated_inputs", "Inputs cut at max_len", ["model", "version"],
                                  registry=r)
+
+    def _mirrored(self, prom: Any) -> Callable[..., Any]:
+        def make(name: str, doc: str, labelnames: Sequence[str], registry: CollectorRegistry,
+                 buckets: Sequence[float] = ()) -> Family:
+            extra = {"buckets": buckets} if prom is _PromHistogram else {}
+            mirror = prom(name, doc, labelnames, registry=registry, **extra)
+            family = Family("histogram" if prom is _PromHistogram else "counter", name, doc, labelnames, registry,
+                            buckets, mirror=mirror)
+            self.families.append(family)
+            return family
+
+        return make
+
+    def flush(self) -> None:
+        """Batched families (an engine process): what they observed since the last flush, into the files."""
+        for family in self.families:
+            family.flush()
 
     def with_cache(self, read_bytes: Callable[[], float] | None) -> None:
         """The row cache's counters (and, for the memory backend, its size)."""

@@ -94,12 +94,15 @@ class EngineServer:
         the sessions. `ready()` once the socket listens."""
         loop = asyncio.get_running_loop()
         server = await loop.create_unix_server(self._connected, path)
+        flusher = asyncio.ensure_future(self._flush_every(1.0))
         os.chmod(path, 0o600)
         if ready is not None:
             ready()
         try:
             await stop.wait()
         finally:
+            flusher.cancel()
+            self.metrics.flush()
             server.close()
             for task in list(self._tasks.values()):
                 task.cancel()
@@ -108,6 +111,12 @@ class EngineServer:
             for s in self.schedulers.values():
                 s.stop()
             self.executor.shutdown(wait=True)
+
+    async def _flush_every(self, seconds: float) -> None:
+        """The metrics files never lag more than this behind (a scrape asks for a flush itself)."""
+        while True:
+            await asyncio.sleep(seconds)
+            self.metrics.flush()
 
     def _connected(self) -> ipc.Channel:
         channel = ipc.Channel(self._handle, self._lost, ipc.ToEngine)
@@ -134,7 +143,8 @@ class EngineServer:
                 gone = self._tasks.pop((channel, msg.id), None)
                 if gone is not None:
                     gone.cancel()
-            case ipc.Stats():
+            case ipc.Stats():             # a front end renders /metrics next: the files get this engine's numbers
+                self.metrics.flush()
                 stats = [[k, s.waiting, s.queued_rows, s.running] for k, s in self.schedulers.items()]
                 channel.send(ipc.QueueStats(id=msg.id, stats=stats))
             case ipc.Hello():
@@ -142,7 +152,7 @@ class EngineServer:
 
     def _enqueue(self, channel: ipc.Channel, msg: ipc.Rows, key: tuple[ipc.Channel, int]) -> bool:
         """The rows into their model's batching queue with a callback for the answer, no task per request (the
-        common case); False where they need `_rows` (no batching, too many rows, an unknown model)."""
+        common case); False where they need `_rows` (an unknown model: its error is `_rows`'s to send)."""
         scheduler = self.schedulers.get(msg.key)
         if scheduler is None:
             return False

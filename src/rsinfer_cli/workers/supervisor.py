@@ -133,7 +133,7 @@ def engine_main(config: Config, device: str, address: str, conn: Any, level: int
 
     try:
         registry = Registry.load(_models_of(config, device))
-        server = EngineServer(config, registry, Metrics())
+        server = EngineServer(config, registry, Metrics(batched=True))
     except Exception as exc:  # noqa: BLE001 - told to the supervisor, which reports it as `serve` does
         conn.send(("error", ipc.error_to_wire(exc)))
         return
