@@ -132,6 +132,34 @@ async def infer(state: ServerState, m: LoadedModel, tensors: dict[str, Any],
 # ---------------------------------------------------------------- KServe v2 REST
 
 
+# first in the table: aiohttp tries every /v2/models/... resource in registration order, and infer is the hot one
+@routes.post("/v2/models/{model}/infer")
+@routes.post("/v2/models/{model}/versions/{version}/infer")
+async def kserve_infer(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    m = model_of(state, request.match_info["model"], request.match_info.get("version"))
+    pipe = state.pipelines[m.key]
+    assert isinstance(pipe, TensorPipeline)
+    header = request.headers.get("Inference-Header-Content-Length")
+    try:
+        header_length = int(header) if header is not None else None
+    except ValueError:
+        raise InputError(f"Inference-Header-Content-Length must be an integer, got {header!r}") from None
+    body, tail = codec.parse_infer_body(await request.read(), header_length)
+    tensors = codec.decode_inputs(body, tail, pipe.check_datatype)
+    names, binary, binary_default = codec.requested_outputs(body)
+    result = await infer(state, m, tensors, names)
+    items, chunks = codec.encode_outputs(result.outputs, binary, binary_default and names is None)
+    response: dict[str, Any] = {"model_name": m.name, "model_version": m.version or "1", "outputs": items}
+    if "id" in body:
+        response["id"] = body["id"]
+    head = dumps(response)
+    if not chunks:
+        return web.Response(body=head, content_type="application/json")
+    return web.Response(body=head + b"".join(chunks), content_type="application/octet-stream",
+                        headers={"Inference-Header-Content-Length": str(len(head))})
+
+
 @routes.get("/v2/health/live")
 async def live(request: web.Request) -> web.Response:
     return web.Response(status=200)
@@ -167,33 +195,6 @@ async def model_ready(request: web.Request) -> web.Response:
         raise ModelNotFound(f"model '{name}' not found", model=name)
     state.registry.version_of(name, request.match_info.get("version"))  # VersionNotFound → 404
     return web.Response(status=200)
-
-
-@routes.post("/v2/models/{model}/infer")
-@routes.post("/v2/models/{model}/versions/{version}/infer")
-async def kserve_infer(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    m = model_of(state, request.match_info["model"], request.match_info.get("version"))
-    pipe = state.pipelines[m.key]
-    assert isinstance(pipe, TensorPipeline)
-    header = request.headers.get("Inference-Header-Content-Length")
-    try:
-        header_length = int(header) if header is not None else None
-    except ValueError:
-        raise InputError(f"Inference-Header-Content-Length must be an integer, got {header!r}") from None
-    body, tail = codec.parse_infer_body(await request.read(), header_length)
-    tensors = codec.decode_inputs(body, tail, pipe.check_datatype)
-    names, binary, binary_default = codec.requested_outputs(body)
-    result = await infer(state, m, tensors, names)
-    items, chunks = codec.encode_outputs(result.outputs, binary, binary_default and names is None)
-    response: dict[str, Any] = {"model_name": m.name, "model_version": m.version or "1", "outputs": items}
-    if "id" in body:
-        response["id"] = body["id"]
-    head = dumps(response)
-    if not chunks:
-        return web.Response(body=head, content_type="application/json")
-    return web.Response(body=head + b"".join(chunks), content_type="application/octet-stream",
-                        headers={"Inference-Header-Content-Length": str(len(head))})
 
 
 # ---------------------------------------------------------------- inferstack-rs
