@@ -389,3 +389,34 @@ def test_public_answers_hold_no_local_paths_or_banner(shared_models, serve_mode)
         denied = httpx.get(srv.url + "/v1/models")
         assert denied.status_code == 401 and denied.headers["www-authenticate"].startswith("Bearer")
         assert denied.headers["server"] == "rsinfer"
+
+
+def test_deadlines_sweep_keeps_asyncio_timeouts_contract():
+    """server.app.Deadlines: past due → TimeoutError (at most a tick late); a cancel from elsewhere stays a cancel;
+    a request done in time leaves nothing behind and the sweep stops when nothing is in flight."""
+    import asyncio
+    import time
+
+    from rsinfer_cli.server.app import Deadlines
+
+    async def main():
+        d = Deadlines(0.05)
+        assert await d.within(asyncio.sleep(0, result="ok")) == "ok"
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await d.within(asyncio.sleep(5))
+        assert 0.05 <= time.monotonic() - t0 < 0.05 + d.tick + 0.05
+        assert asyncio.current_task().cancelling() == 0          # the deadline's cancel was taken back
+
+        async def outer():
+            await d.within(asyncio.sleep(5))
+
+        task = asyncio.ensure_future(outer())
+        await asyncio.sleep(0.01)
+        task.cancel()                                            # the client left: a cancel, not a timeout
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(2 * d.tick)
+        assert not d.due and not d.fired and not d._sweeping
+
+    asyncio.run(main())

@@ -56,6 +56,7 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
     keys = [k.encode() for k in config.server.api_keys]
     max_body = int(config.server.max_body_mb * 2**20)
     timeout_s = config.server.request_timeout_ms / 1000
+    deadlines = Deadlines(timeout_s)
     access = config.server.access_log
     # the routes whose errors take KServe's body: the route table says so, for the document and the server alike
     kserve_routes = frozenset(path for op in all_ops() if op.errors == "kserve" for path in op.paths)
@@ -102,7 +103,7 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
                     raise web.HTTPRequestEntityTooLarge(max_size=max_body, actual_size=request.content_length)
                 try:
                     if sys.version_info >= (3, 11):  # a deadline on this task: one timer, no extra task
-                        response = await _within(handler(request), timeout_s)
+                        response = await deadlines.within(handler(request))
                     else:
                         response = await asyncio.wait_for(handler(request), timeout_s)
                 except (asyncio.TimeoutError, TimeoutError):
@@ -147,29 +148,50 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
     return middleware
 
 
-async def _within(work: Awaitable[web.StreamResponse], seconds: float) -> web.StreamResponse:
-    """`await work`, cancelled after `seconds` with TimeoutError: asyncio.timeout's contract (the cancel it makes
-    is taken back with uncancel(), any other cancel goes through) at one timer per request, without its context
-    manager's state machine (~4 µs a request under load)."""
-    task = asyncio.current_task()
-    assert task is not None
-    fired = False
+class Deadlines:
+    """Every request's deadline, enforced by one sweep instead of a timer per request: a request is an entry in a
+    dict (its task → when it is due), and while any is in flight a callback every `tick` seconds cancels the tasks
+    past due. asyncio.timeout's contract: the cancel a deadline makes is taken back with uncancel() and becomes
+    TimeoutError, any other cancel goes through. A deadline fires at most `tick` late (a tenth of the timeout, at
+    most 100 ms). A per-request timer cost ~6 µs of CPU a request under load (py-spy, 64 clients)."""
 
-    def expire() -> None:
-        nonlocal fired
-        fired = True
-        task.cancel()
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.tick = min(seconds / 10, 0.1)
+        self.due: dict[asyncio.Task[Any], float] = {}
+        self.fired: set[asyncio.Task[Any]] = set()
+        self._sweeping = False
 
-    loop = asyncio.get_running_loop()
-    timer = loop.call_at(loop.time() + seconds, expire)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if fired and task.uncancel() == 0:  # type: ignore[attr-defined,unused-ignore]  # 3.11+
-            raise TimeoutError from None
-        raise
-    finally:
-        timer.cancel()
+    async def within(self, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        self.due[task] = loop.time() + self.seconds
+        if not self._sweeping:
+            self._sweeping = True
+            loop.call_later(self.tick, self._sweep, loop)
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if task in self.fired:
+                self.fired.discard(task)
+                if task.uncancel() == 0:  # type: ignore[attr-defined,unused-ignore]  # 3.11+
+                    raise TimeoutError from None
+            raise
+        finally:
+            self.due.pop(task, None)
+            self.fired.discard(task)
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        for task, when in list(self.due.items()):
+            if when <= now and task not in self.fired:
+                self.fired.add(task)
+                task.cancel()
+        if self.due:
+            loop.call_later(self.tick, self._sweep, loop)
+        else:
+            self._sweeping = False
 
 
 def timing_headers(stats: dict[str, Any], total_s: float) -> dict[str, str]:
