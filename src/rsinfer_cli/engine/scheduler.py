@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..errors import PoolTimeout, Saturated
 from .batching import plan_batches
@@ -116,7 +116,8 @@ class _Job:
     next: int = 0                      # rows handed to forwards so far
     started: float | None = None
     done: bool = False                 # answered, failed or abandoned: skip whatever of it is left
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    # one lock for every job's few shared fields (held for a few operations, never nested): no Lock made per request
+    lock: ClassVar[threading.Lock] = threading.Lock()
     timer: asyncio.TimerHandle | None = None
     forward_s: float = 0.0             # the forwards that ran its rows (its share of their time: all of it)
     forwards: tuple[float, float] | None = None   # perf_counter of its first forward's start, last one's end
