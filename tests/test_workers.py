@@ -399,3 +399,43 @@ def test_sigterm_to_every_process_at_once_drains_as_systemd_expects(shared_model
         assert "restarted" not in srv.output
     finally:
         srv.stop()
+
+
+def test_engine_answers_rows_without_a_task(tmp_path):
+    """The engine's Rows path (Scheduler.enqueue, a callback per request; abandoning is tested there): outputs in
+    row order; no rows → an empty answer; a model it does not serve → Failed naming it; nothing left pending."""
+    import synth
+    from rsinfer_cli.engine.registry import Registry
+    from rsinfer_cli.server.metrics import Metrics
+    from rsinfer_cli.workers.engine import EngineServer
+
+    add = synth.add_graph(tmp_path / "add" / "model.onnx").parent
+    cfg = parse_config({"models": [{"name": "add", "kind": "tensor", "path": str(add), "max_batch_size": 8}]})
+    server = EngineServer(cfg, Registry.load(cfg), Metrics())
+
+    class Channel:
+        def __init__(self):
+            self.sent = []
+
+        def send(self, msg):
+            self.sent.append(msg)
+
+    async def main():
+        ch = Channel()
+        row = {"X": np.ones((1, 2), np.float32)}
+        server._handle(ch, ipc.Rows(id=1, key="add", rows=[row, row], costs=[1, 1]))
+        server._handle(ch, ipc.Rows(id=2, key="add", rows=[], costs=[]))
+        server._handle(ch, ipc.Rows(id=3, key="nope", rows=[row], costs=[1]))
+        for _ in range(200):
+            if len(ch.sent) == 3:
+                break
+            await asyncio.sleep(0.01)
+        by_id = {m.id: m for m in ch.sent}
+        assert isinstance(by_id[1], ipc.Outputs) and len(by_id[1].outputs) == 2
+        np.testing.assert_allclose(by_id[1].outputs[0]["Y"], 2.0)
+        assert isinstance(by_id[2], ipc.Outputs) and by_id[2].outputs == []
+        assert isinstance(by_id[3], ipc.Failed) and "nope" in by_id[3].error["message"]
+        assert server._pending == {}
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+    server.executor.shutdown(wait=True)

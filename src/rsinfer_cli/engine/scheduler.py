@@ -174,6 +174,18 @@ def as_is(outputs: list[Any]) -> list[Any]:
     return outputs
 
 
+def _record(enqueued: float, started: float, forward_s: float, forwards: tuple[float, float] | None) -> None:
+    """A job's queue wait and forward time into its request's timing record (REQUEST_STATS, when the caller set
+    one): milliseconds for the access line and headers, perf_counter spans for traces."""
+    stats = REQUEST_STATS.get()
+    if stats is not None:
+        stats["queue_ms"] = stats.get("queue_ms", 0.0) + (started - enqueued) * 1000
+        stats["inference_ms"] = stats.get("inference_ms", 0.0) + forward_s * 1000
+        stats["t_queue"] = (enqueued, started)
+        if forwards is not None:
+            stats["t_forward"] = forwards
+
+
 def run_rows(runner: Runner, rows: Sequence[P], costs: Sequence[int], *, max_rows: int, max_tokens: int,
              max_padding: int | None = None) -> list[Any]:
     """All rows on one replica in length-sorted forwards of at most `max_rows` rows / `max_tokens` padded
@@ -281,11 +293,7 @@ class Scheduler:
         if n == 0:
             return finish([])
         if not self.batching or n > self.capacity:
-            def whole(runner: Runner) -> T:
-                return finish(run_rows(runner, rows, costs, max_rows=self.max_rows, max_tokens=self.max_tokens,
-                                       max_padding=self.max_padding))
-
-            return await self.run(whole)
+            return await self.run(self._whole(rows, costs, finish))
         job = _Job(self._get_loop().create_future(), time.perf_counter(), rows=rows, costs=costs, finish=finish,
                    outputs=[None] * n, remaining=n)
         self._admit(job, n)
@@ -304,11 +312,8 @@ class Scheduler:
             return None
         loop = self._get_loop()
         if not self.batching or n > self.capacity:
-            def whole(runner: Runner) -> Any:
-                return finish(run_rows(runner, rows, costs, max_rows=self.max_rows, max_tokens=self.max_tokens,
-                                       max_padding=self.max_padding))
-
-            job = self._admit(_Job(loop.create_future(), time.perf_counter(), direct=whole), 0)
+            job = self._admit(_Job(loop.create_future(), time.perf_counter(), direct=self._whole(rows, costs, finish)),
+                              0)
         else:
             job = _Job(loop.create_future(), time.perf_counter(), rows=rows, costs=costs, finish=finish,
                        outputs=[None] * n, remaining=n)
@@ -327,6 +332,15 @@ class Scheduler:
             job.future.cancel()
 
         return abandon
+
+    def _whole(self, rows: Sequence[P], costs: Sequence[int], finish: Callable[[list[Any]], T]
+               ) -> Callable[[Runner], T]:
+        """Rows that do not batch, as a direct job: all of them on one replica in length-sorted forwards."""
+        def whole(runner: Runner) -> T:
+            return finish(run_rows(runner, rows, costs, max_rows=self.max_rows, max_tokens=self.max_tokens,
+                                   max_padding=self.max_padding))
+
+        return whole
 
     def _get_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -359,14 +373,7 @@ class Scheduler:
             raise
         finally:
             job.timer.cancel()
-            stats = REQUEST_STATS.get()
-            if stats is not None:
-                waited = (job.started or job.enqueued) - job.enqueued
-                stats["queue_ms"] = stats.get("queue_ms", 0.0) + waited * 1000
-                stats["inference_ms"] = stats.get("inference_ms", 0.0) + job.forward_s * 1000
-                stats["t_queue"] = (job.enqueued, job.started or job.enqueued)   # for traces: perf_counter
-                if job.forwards is not None:
-                    stats["t_forward"] = job.forwards
+            _record(job.enqueued, job.started or job.enqueued, job.forward_s, job.forwards)
 
     def _expire(self, job: _Job) -> None:
         if job.started is None and not job.done:
@@ -527,7 +534,7 @@ class Scheduler:
         if self.observer is not None:
             self.observer.waited(0.0)
         session = self._take()      # a narrow lane: the latency lane's pool threads spin after each forward,
-        self.running += 1           # CPU a forward of a few µs never pays back (gRPC add_one: 429 -> µs a call)
+        self.running += 1           # CPU a forward of a few µs never pays back
         runner = Runner(session, self.forward, self.observer)
         runner.on_thread = False
         try:
@@ -535,13 +542,7 @@ class Scheduler:
         finally:
             self._learn(runner)
             self._give_back(session)
-            stats = REQUEST_STATS.get()
-            if stats is not None:
-                stats["queue_ms"] = stats.get("queue_ms", 0.0)
-                stats["inference_ms"] = stats.get("inference_ms", 0.0) + runner.spent * 1000
-                stats["t_queue"] = (now, now)
-                if runner.span is not None:
-                    stats["t_forward"] = runner.span
+            _record(now, now, runner.spent, runner.span)
 
     def _tiny(self) -> bool:
         """This model's forwards take a few µs (measured): run them on the event loop, not a worker thread. A

@@ -28,6 +28,7 @@ from ..engine.registry import Registry
 from ..engine.scheduler import RowForward, Scheduler, as_is
 from ..engine.session import Session
 from ..engine.threads import CpuBudget
+from ..errors import ModelNotFound
 from ..pipelines import build_pipeline
 from ..pipelines.base import RowPipeline
 from ..server.metrics import Metrics
@@ -40,15 +41,6 @@ log = logging.getLogger("rsinfer.engine")
 def shell(model: LoadedModel) -> LoadedModel:
     """The model as a front end holds it: everything but the sessions."""
     return replace(model, sessions=[], wide=None)
-
-
-class _Abandon:
-    """What `cancel()` means for rows queued without a task: drop them."""
-
-    __slots__ = ("cancel",)
-
-    def __init__(self, cancel: Callable[[], None]) -> None:
-        self.cancel = cancel
 
 
 class EngineServer:
@@ -69,7 +61,8 @@ class EngineServer:
                 max_queue=config.max_queue_of(m.config),
                 queue_timeout_ms=config.server.queue_timeout_ms,
                 observer=metrics.observer(m.name, m.version or ""), forward=self._tagged(pipe, m), budget=budget)
-        self._tasks: dict[tuple[ipc.Channel, int], asyncio.Task[None] | _Abandon] = {}
+        # rows queued and not yet answered, by (front end, request id): what abandons them
+        self._pending: dict[tuple[ipc.Channel, int], Callable[[], None]] = {}
         self._channels: set[ipc.Channel] = set()
 
     def _tagged(self, pipe: RowPipeline, model: LoadedModel) -> RowForward:
@@ -104,8 +97,8 @@ class EngineServer:
             flusher.cancel()
             self.metrics.flush()
             server.close()
-            for task in list(self._tasks.values()):
-                task.cancel()
+            for abandon in list(self._pending.values()):
+                abandon()
             for channel in list(self._channels):   # the front ends learn at once that this engine is gone
                 channel.close()
             for s in self.schedulers.values():
@@ -126,23 +119,19 @@ class EngineServer:
     def _lost(self, channel: ipc.Channel) -> None:
         """A front end went away: nobody waits for its requests any more."""
         self._channels.discard(channel)
-        for (owner, _), task in list(self._tasks.items()):
+        for (owner, rid), abandon in list(self._pending.items()):
             if owner is channel:
-                task.cancel()
+                self._pending.pop((owner, rid), None)
+                abandon()
 
     def _handle(self, channel: ipc.Channel, msg: ipc.ToEngine) -> None:
         match msg:
             case ipc.Rows():
-                key = (channel, msg.id)
-                if self._enqueue(channel, msg, key):
-                    return
-                task = asyncio.ensure_future(self._rows(channel, msg))
-                self._tasks[key] = task
-                task.add_done_callback(lambda _t: self._tasks.pop(key, None))
+                self._rows(channel, msg)
             case ipc.Cancel():
-                gone = self._tasks.pop((channel, msg.id), None)
-                if gone is not None:
-                    gone.cancel()
+                abandon = self._pending.pop((channel, msg.id), None)
+                if abandon is not None:
+                    abandon()
             case ipc.Stats():             # a front end renders /metrics next: the files get this engine's numbers
                 self.metrics.flush()
                 stats = [[k, s.waiting, s.queued_rows, s.running] for k, s in self.schedulers.items()]
@@ -150,16 +139,19 @@ class EngineServer:
             case ipc.Hello():
                 channel.send(ipc.Catalog(id=msg.id, catalog=self.catalog()))
 
-    def _enqueue(self, channel: ipc.Channel, msg: ipc.Rows, key: tuple[ipc.Channel, int]) -> bool:
-        """The rows into their model's batching queue with a callback for the answer, no task per request (the
-        common case); False where they need `_rows` (an unknown model: its error is `_rows`'s to send)."""
+    def _rows(self, channel: ipc.Channel, msg: ipc.Rows) -> None:
+        """The rows into their model's queue with a callback for the answer (Scheduler.enqueue): no task per request;
+        what abandons them is kept until they are answered, for a Cancel or the front end's loss."""
         scheduler = self.schedulers.get(msg.key)
-        if scheduler is None:
-            return False
+        if scheduler is None:        # a front end asks only for models of the catalog this engine sent it
+            channel.send(ipc.Failed(id=msg.id, error=ipc.error_to_wire(ModelNotFound(
+                f"model '{msg.key}' is not served by this engine", model=msg.key))))
+            return
+        key = (channel, msg.id)
         source = id(channel)
 
         def done(future: asyncio.Future[Any]) -> None:
-            self._tasks.pop(key, None)
+            self._pending.pop(key, None)
             if future.cancelled():
                 return   # the front end no longer waits for it
             exc = future.exception()
@@ -170,27 +162,14 @@ class EngineServer:
             abandon = scheduler.enqueue([(source, r) for r in msg.rows], msg.costs, as_is, done)
         except Exception as exc:  # noqa: BLE001 - Saturated and the like: the front end's answer
             channel.send(ipc.Failed(id=msg.id, error=ipc.error_to_wire(exc)))
-            return True
-        if abandon is None:
-            return False
-        self._tasks[key] = _Abandon(abandon)    # done() runs later (a future's callbacks are scheduled) and pops it
-        return True
+            return
+        if abandon is None:          # no rows: nothing to run
+            channel.send(ipc.Outputs(id=msg.id, outputs=[]))
+            return
+        self._pending[key] = abandon     # done() runs later (a future's callbacks are scheduled) and drops it
 
     def _reply(self, channel: ipc.Channel, rid: int, reply: ipc.ToFrontEnd) -> None:
         try:
             channel.send(reply)
         except TypeError as exc:   # an output the wire cannot carry: the request's error, not the engine's
             channel.send(ipc.Failed(id=rid, error=ipc.error_to_wire(exc)))
-
-    async def _rows(self, channel: ipc.Channel, msg: ipc.Rows) -> None:
-        reply: ipc.ToFrontEnd
-        try:
-            scheduler = self.schedulers[msg.key]
-            source = id(channel)
-            outputs = await scheduler.submit([(source, r) for r in msg.rows], msg.costs, as_is)
-            reply = ipc.Outputs(id=msg.id, outputs=outputs)
-        except asyncio.CancelledError:
-            return  # the front end no longer waits for it
-        except Exception as exc:  # noqa: BLE001 - handed back to the front end that asked
-            reply = ipc.Failed(id=msg.id, error=ipc.error_to_wire(exc))
-        self._reply(channel, msg.id, reply)
