@@ -21,18 +21,6 @@ TOKEN_BUCKETS = tuple(2**i for i in range(4, 18))               # 16 … 131072 
 FRONTEND_BUCKETS = (1, 2, 3, 4, 8, 16, 32, 64)
 
 
-def _counter(name: str, doc: str, labelnames: Sequence[str], registry: CollectorRegistry) -> Any:
-    return Family("counter", name, doc, labelnames, registry)
-
-
-def _histogram(name: str, doc: str, labelnames: Sequence[str], registry: CollectorRegistry,
-               buckets: Sequence[float]) -> Any:
-    return Family("histogram", name, doc, labelnames, registry, buckets)
-
-
-_PromCounter, _PromHistogram = Counter, Histogram
-
-
 class QueueCollector:
     def __init__(self, read: Callable[[], Iterable[tuple[str, str, int, int, int]]]) -> None:
         self.read = read
@@ -172,54 +160,53 @@ class Metrics:
         self._usage: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self.registry = CollectorRegistry()
         r = self.registry
-        fast = self.multiprocess_dir is None
-        Counter = _counter if fast else _PromCounter       # noqa: N806 - the classes these stand for
-        Histogram = _histogram if fast else _PromHistogram  # noqa: N806
-        if not fast and batched:
-            Counter, Histogram = self._mirrored(_PromCounter), self._mirrored(_PromHistogram)  # noqa: N806
-        self.requests = Counter("rsinfer_http_requests", "HTTP requests by route and status",
-                                ["route", "status"], registry=r)
-        self.duration = Histogram("rsinfer_http_request_duration_seconds", "HTTP request duration",
-                                  ["route"], buckets=HTTP_BUCKETS, registry=r)
+        self.batched = batched
+        mv = ["model", "version"]
+        self.requests = self._counter("rsinfer_http_requests", "HTTP requests by route and status",
+                                      ["route", "status"])
+        self.duration = self._histogram("rsinfer_http_request_duration_seconds", "HTTP request duration", ["route"],
+                                        HTTP_BUCKETS)
         self.in_flight = Gauge("rsinfer_http_requests_in_flight", "HTTP requests being handled", registry=r,
                                multiprocess_mode="livesum")
         self.flying = 0     # one process: the gauge reads this count at scrape time (no lock per request)
         if self.multiprocess_dir is None:
             self.in_flight.set_function(lambda: self.flying)
-        self.rate_limited = Counter("rsinfer_rate_limited", "Requests refused by server.rate_limit, by route",
-                                    ["route"], registry=r)
-        self.grpc_requests = Counter("rsinfer_grpc_requests", "KServe v2 gRPC calls by method and status code",
-                                     ["method", "code"], registry=r)
-        self.grpc_duration = Histogram("rsinfer_grpc_request_duration_seconds", "KServe v2 gRPC call duration",
-                                       ["method"], buckets=HTTP_BUCKETS, registry=r)
-        self.queue_wait = Histogram("rsinfer_queue_wait_seconds", "Wait for a replica", ["model", "version"],
-                                    buckets=STAGE_BUCKETS, registry=r)
-        self.tokenize = Histogram("rsinfer_tokenize_seconds", "Tokenization time per request", ["model", "version"],
-                                  buckets=STAGE_BUCKETS, registry=r)
-        self.inference = Histogram("rsinfer_inference_seconds", "Forward time (session.run)", ["model", "version"],
-                                   buckets=STAGE_BUCKETS, registry=r)
-        self.batch_rows = Histogram("rsinfer_batch_rows", "Rows per forward", ["model", "version"],
-                                    buckets=ROW_BUCKETS, registry=r)
-        self.batch_tokens = Histogram("rsinfer_batch_padded_tokens", "Padded tokens per forward", ["model", "version"],
-                                      buckets=TOKEN_BUCKETS, registry=r)
-        self.batch_frontends = Histogram("rsinfer_batch_frontends", "Front-end processes whose rows share a forward "
-                                         "(server.workers > 1)", ["model", "version"], buckets=FRONTEND_BUCKETS,
-                                         registry=r)
-        self.tokens = Counter("rsinfer_tokens", "Input tokens processed", ["model", "version"], registry=r)
-        self.truncated = Counter("rsinfer_truncated_inputs", "Inputs cut at max_len", ["model", "version"],
-                                 registry=r)
+        self.rate_limited = self._counter("rsinfer_rate_limited", "Requests refused by server.rate_limit, by route",
+                                          ["route"])
+        self.grpc_requests = self._counter("rsinfer_grpc_requests", "KServe v2 gRPC calls by method and status code",
+                                           ["method", "code"])
+        self.grpc_duration = self._histogram("rsinfer_grpc_request_duration_seconds", "KServe v2 gRPC call duration",
+                                             ["method"], HTTP_BUCKETS)
+        self.queue_wait = self._histogram("rsinfer_queue_wait_seconds", "Wait for a replica", mv, STAGE_BUCKETS)
+        self.tokenize = self._histogram("rsinfer_tokenize_seconds", "Tokenization time per request", mv,
+                                        STAGE_BUCKETS)
+        self.inference = self._histogram("rsinfer_inference_seconds", "Forward time (session.run)", mv, STAGE_BUCKETS)
+        self.batch_rows = self._histogram("rsinfer_batch_rows", "Rows per forward", mv, ROW_BUCKETS)
+        self.batch_tokens = self._histogram("rsinfer_batch_padded_tokens", "Padded tokens per forward", mv,
+                                            TOKEN_BUCKETS)
+        self.batch_frontends = self._histogram("rsinfer_batch_frontends", "Front-end processes whose rows share a "
+                                               "forward (server.workers > 1)", mv, FRONTEND_BUCKETS)
+        self.tokens = self._counter("rsinfer_tokens", "Input tokens processed", mv)
+        self.truncated = self._counter("rsinfer_truncated_inputs", "Inputs cut at max_len", mv)
 
-    def _mirrored(self, prom: Any) -> Callable[..., Any]:
-        def make(name: str, doc: str, labelnames: Sequence[str], registry: CollectorRegistry,
-                 buckets: Sequence[float] = ()) -> Family:
-            extra = {"buckets": buckets} if prom is _PromHistogram else {}
-            mirror = prom(name, doc, labelnames, registry=registry, **extra)
-            family = Family("histogram" if prom is _PromHistogram else "counter", name, doc, labelnames, registry,
-                            buckets, mirror=mirror)
-            self.families.append(family)
-            return family
+    def _counter(self, name: str, doc: str, labelnames: Sequence[str]) -> Any:
+        return self._family("counter", name, doc, labelnames, ())
 
-        return make
+    def _histogram(self, name: str, doc: str, labelnames: Sequence[str], buckets: Sequence[float]) -> Any:
+        return self._family("histogram", name, doc, labelnames, buckets)
+
+    def _family(self, kind: str, name: str, doc: str, labelnames: Sequence[str], buckets: Sequence[float]) -> Any:
+        """One process: a Family of our own. Worker processes: prometheus_client's multiprocess metric, which a
+        batched process (an engine) feeds from a Family through flush()."""
+        if self.multiprocess_dir is None:
+            return Family(kind, name, doc, labelnames, self.registry, buckets)
+        prom: Any = (Histogram(name, doc, labelnames, registry=self.registry, buckets=buckets) if kind == "histogram"
+                     else Counter(name, doc, labelnames, registry=self.registry))
+        if not self.batched:
+            return prom
+        family = Family(kind, name, doc, labelnames, self.registry, buckets, mirror=prom)
+        self.families.append(family)
+        return family
 
     def flush(self) -> None:
         """Batched families (an engine process): what they observed since the last flush, into the files."""
@@ -229,10 +216,9 @@ class Metrics:
     def with_cache(self, read_bytes: Callable[[], float] | None) -> None:
         """The row cache's counters (and, for the memory backend, its size)."""
         r = self.registry
-        Counter = _counter if self.multiprocess_dir is None else _PromCounter   # noqa: N806
-        self.cache_hits = Counter("rsinfer_cache_hits", "Rows answered from the cache", ["model"], registry=r)
-        self.cache_misses = Counter("rsinfer_cache_misses", "Rows not in the cache", ["model"], registry=r)
-        self.cache_errors = Counter("rsinfer_cache_errors", "Cache round trips that failed", ["backend"], registry=r)
+        self.cache_hits = self._counter("rsinfer_cache_hits", "Rows answered from the cache", ["model"])
+        self.cache_misses = self._counter("rsinfer_cache_misses", "Rows not in the cache", ["model"])
+        self.cache_errors = self._counter("rsinfer_cache_errors", "Cache round trips that failed", ["backend"])
         if read_bytes is not None and self.multiprocess_dir is None:
             Gauge("rsinfer_cache_bytes", "Bytes held by the memory cache", registry=r).set_function(read_bytes)
         elif read_bytes is not None:     # worker processes: each front end's own cache, summed over the live ones
