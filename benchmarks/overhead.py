@@ -91,7 +91,7 @@ async def grpc_load(target: str, max_s: float) -> dict:
 def config(workers: int, grpc_port: int) -> tuple[str, str]:
     models = (f"  - {{name: add, kind: tensor, path: '{ADD}'}}\n"
               f"  - {{name: mini, kind: embedding, path: '{MINI}'}}\n")
-    server = f"max_queue: 4096, workers: {workers}, grpc_bind: '127.0.0.1:{grpc_port}'"
+    server = f"workers: {workers}, grpc_bind: '127.0.0.1:{grpc_port}'"   # the defaults; gRPC needs its bind
     return models, server
 
 
