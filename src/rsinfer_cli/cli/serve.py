@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -34,26 +35,24 @@ def serve_cmd(
 
     configure(log_level, log_format or "text")     # config errors are reported in the format asked for
     cfg = load_config(config)
+    # the command line's overrides of server.*, applied in one place
+    server: dict[str, Any] = {}
     if log_format is not None:
-        import dataclasses
-
-        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, log_format=log_format))
-    configure(log_level, cfg.server.log_format)
+        server["log_format"] = log_format
     if host is not None and cfg.server.grpc_bind:     # gRPC listens wherever HTTP does (a container's 0.0.0.0)
-        import dataclasses
-
         from ..config import split_bind
 
         grpc_port = split_bind(cfg.server.grpc_bind)[1]
-        bind = f"[{host}]:{grpc_port}" if ":" in host else f"{host}:{grpc_port}"
-        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, grpc_bind=bind))
+        server["grpc_bind"] = f"[{host}]:{grpc_port}" if ":" in host else f"{host}:{grpc_port}"
     if workers is not None:
-        import dataclasses
-
         if not (workers == "auto" or (workers.isdigit() and 1 <= int(workers) <= 64)):
             raise ConfigError(f"--workers must be 1..64 or auto, got '{workers}'")
-        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server,
-                                                                  workers=0 if workers == "auto" else int(workers)))
+        server["workers"] = 0 if workers == "auto" else int(workers)
+    if server:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, **server))
+    configure(log_level, cfg.server.log_format)
     from ..server.run import serve
 
     if cfg.server.workers != 1:
