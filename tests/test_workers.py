@@ -404,10 +404,11 @@ def test_sigterm_to_every_process_at_once_drains_as_systemd_expects(shared_model
 def test_engine_answers_rows_without_a_task(tmp_path):
     """The engine's Rows path (Scheduler.enqueue, a callback per request; abandoning is tested there): outputs in
     row order; no rows → an empty answer; a model it does not serve → Failed naming it; nothing left pending."""
-    import synth
     from rsinfer_cli.engine.registry import Registry
     from rsinfer_cli.server.metrics import Metrics
     from rsinfer_cli.workers.engine import EngineServer
+
+    import synth
 
     add = synth.add_graph(tmp_path / "add" / "model.onnx").parent
     cfg = parse_config({"models": [{"name": "add", "kind": "tensor", "path": str(add), "max_batch_size": 8}]})
