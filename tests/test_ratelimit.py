@@ -77,20 +77,22 @@ def test_limits_over_http(tmp_path, workers):
         left = 60 - time.monotonic() % 60
         if left < 10:
             time.sleep(left + 0.1)
-        codes = {"key-a": [], "key-b": []}
-        last: dict[str, httpx.Response] = {}
+        codes: dict[str, list[int]] = {"key-a": [], "key-b": []}
+        refusals: list[httpx.Response] = []
         for key in ("key-a", "key-b"):
             for _ in range(8):
                 with httpx.Client(base_url=srv.url, timeout=30) as c:   # a new connection: any front end
                     r = c.post("/v2/models/add/infer", json=BODY, headers={"Authorization": f"Bearer {key}"})
                 codes[key].append(r.status_code)
-                last[key] = r
+                if r.status_code == 429:
+                    refusals.append(r)
         # one process holds the whole limit; two front ends hold half each, so the total never exceeds it
         assert codes["key-a"].count(200) == 4 if workers == 1 else 2 <= codes["key-a"].count(200) <= 4
         assert codes["key-b"].count(200) == 2 if workers == 1 else 1 <= codes["key-b"].count(200) <= 2
         assert set(codes["key-a"]) == {200, 429}
-        refused = last["key-a"]
-        assert refused.status_code == 429 and refused.json() == {"error": refused.json()["error"]}  # KServe body
+        # not necessarily the last one: with two front ends, a late connection can land on the one with budget left
+        refused = refusals[0]
+        assert refused.json() == {"error": refused.json()["error"]}  # KServe body
         assert "rate limit reached" in refused.json()["error"]
         assert refused.headers["RateLimit-Remaining"] == "0" and 0 < int(refused.headers["Retry-After"]) <= 60
         assert int(refused.headers["RateLimit-Reset"]) == int(refused.headers["Retry-After"])
