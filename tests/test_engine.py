@@ -213,6 +213,36 @@ class TestAdmission:
 
         asyncio.run(asyncio.wait_for(main(), 10))
 
+    def test_each_waiting_job_times_out_at_its_own_deadline_with_one_timer(self):
+        async def main():
+            s, held = scheduler(queue_timeout_s=0.2, max_queue=8), Held()
+            first = asyncio.create_task(s.run(held))          # holds the one replica: the rest wait
+            await entered(held)
+            loop = asyncio.get_running_loop()
+            ended: dict[str, float] = {}
+
+            async def waiter(name: str) -> None:
+                with pytest.raises(PoolTimeout, match="timed out after 200 ms in the queue"):
+                    await s.run(held)
+                ended[name] = loop.time()
+
+            t0 = loop.time()
+            early = asyncio.create_task(waiter("early"))
+            await asyncio.sleep(0.1)
+            late = asyncio.create_task(waiter("late"))
+            await asyncio.sleep(0)
+            assert s._expiry is not None and s.waiting == 2      # one timer for both, armed for the oldest
+            await asyncio.gather(early, late)
+            assert 0.2 <= ended["early"] - t0 < 0.29           # its own 200 ms, not the later job's
+            assert 0.3 <= ended["late"] - t0 < 0.45            # 200 ms after it came, not when the first expired
+            assert s.waiting == 0
+            held.release.set()
+            await first                                          # the job that started never expires
+            s.stop()
+            assert s._expiry is None
+
+        asyncio.run(asyncio.wait_for(main(), 10))
+
     def test_replica_returns_after_exception(self):
         async def main():
             s = scheduler(sessions=("s1", "s2"), max_queue=0)

@@ -118,7 +118,6 @@ class _Job:
     done: bool = False                 # answered, failed or abandoned: skip whatever of it is left
     # one lock for every job's few shared fields (held for a few operations, never nested): no Lock made per request
     lock: ClassVar[threading.Lock] = threading.Lock()
-    timer: asyncio.TimerHandle | None = None
     forward_s: float = 0.0             # the forwards that ran its rows (its share of their time: all of it)
     forwards: tuple[float, float] | None = None   # perf_counter of its first forward's start, last one's end
 
@@ -228,6 +227,7 @@ class Scheduler:
         self.queued_rows = 0
         self.running = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._expiry: asyncio.TimerHandle | None = None   # the queue's one timeout timer (_arm)
         # a running mean of the direct forwards' time: a request whose forward takes a few µs (a small tensor
         # graph) is run on the event loop itself, since handing it to a worker thread and back costs more CPU than
         # the forward (benchmarks/overhead.py); anything slower keeps the thread hop, and the loop stays free
@@ -258,6 +258,9 @@ class Scheduler:
 
     def stop(self) -> None:
         """Fail whatever still waits (after the server drained the requests it accepted)."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         while self._queue:
             job = self._queue.popleft()
             if not job.done:
@@ -318,13 +321,7 @@ class Scheduler:
             job = _Job(loop.create_future(), time.perf_counter(), rows=rows, costs=costs, finish=finish,
                        outputs=[None] * n, remaining=n)
             self._admit(job, n)
-        timer = job.timer = loop.call_later(self.queue_timeout_s, self._expire, job)
-
-        def answered(future: asyncio.Future[Any]) -> None:
-            timer.cancel()
-            done(future)
-
-        job.future.add_done_callback(answered)
+        job.future.add_done_callback(done)
         self._dispatch()
 
         def abandon() -> None:
@@ -360,11 +357,11 @@ class Scheduler:
                                 f"(batching.queue_rows = {self.capacity}); retry later", model=self.name)
         self._queue.append(job)
         self.queued_rows += rows
+        if self._expiry is None:
+            self._arm(job.enqueued)
         return job
 
     async def _wait(self, job: _Job) -> Any:
-        loop = self._get_loop()
-        job.timer = loop.call_later(self.queue_timeout_s, self._expire, job)
         self._dispatch()
         try:
             return await job.future
@@ -372,13 +369,27 @@ class Scheduler:
             self._close(job)  # the caller went away: drop its queued rows, stop its direct forwards
             raise
         finally:
-            job.timer.cancel()
             _record(job.enqueued, job.started or job.enqueued, job.forward_s, job.forwards)
 
-    def _expire(self, job: _Job) -> None:
-        if job.started is None and not job.done:
-            self._fail(job, PoolTimeout(f"timed out after {self.queue_timeout_s * 1000:.0f} ms in the queue of "
-                                        f"model '{self.name}' without a free replica", model=self.name))
+    def _arm(self, enqueued: float) -> None:
+        """The queue's one timer, for the job enqueued at `enqueued`: jobs wait in the order they came and share one
+        timeout, so the oldest one waiting is always the next to expire (a timer per job cost its creation and its
+        cancel on every request: ~4 µs of an engine process's 39 per request)."""
+        delay = max(enqueued + self.queue_timeout_s - time.perf_counter(), 0.0)
+        self._expiry = self._get_loop().call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        """Jobs past `queue_timeout_s` that no forward has started fail with PoolTimeout; the timer is armed again
+        for the oldest job left."""
+        self._expiry = None
+        due = time.perf_counter() - self.queue_timeout_s
+        for job in self._queue:
+            if job.enqueued > due:
+                self._arm(job.enqueued)
+                return
+            if job.started is None and not job.done:
+                self._fail(job, PoolTimeout(f"timed out after {self.queue_timeout_s * 1000:.0f} ms in the queue of "
+                                            f"model '{self.name}' without a free replica", model=self.name))
 
     # ------------------------------------------------------------ job state (event-loop thread only)
 
