@@ -506,10 +506,11 @@ class TestInlineForwards:
 
 
 def test_enqueue_answers_by_callback_and_abandons():
-    """Scheduler.enqueue (the engine process's path: no task per request): done(future) with the outputs in row
-    order; abandoned rows never reach a forward; a full queue raises Saturated at once; rows that do not batch run
-    as one direct job; no rows → None."""
-    from rsinfer_cli.engine.scheduler import as_is
+    """Scheduler.enqueue (the engine process's path: no task per request): done(outputs, None) with the outputs in
+    row order, done(None, error) for a failure; abandoned rows never reach a forward and are never answered; a full
+    queue raises Saturated at once; rows that do not batch run as one direct job; no rows, or a tiny model's direct
+    request on a free lane, are answered before enqueue returns (None: nothing to abandon)."""
+    from rsinfer_cli.engine.scheduler import INLINE_AFTER, as_is
     from rsinfer_cli.errors import Saturated
 
     seen: list[list[str]] = []
@@ -518,19 +519,29 @@ def test_enqueue_answers_by_callback_and_abandons():
     def forward(session, rows):
         gate.wait(5)
         seen.append(list(rows))
+        if "boom" in rows:
+            raise RuntimeError("boom")
         return [r.upper() for r in rows]
 
     async def main():
         s = Scheduler("m", ["s1"], forward, EXECUTOR, batching=True, max_rows=4, max_tokens=512, max_queue=2,
                       queue_timeout_s=5)
         loop = asyncio.get_running_loop()
-        got: dict[str, asyncio.Future] = {}
+        got: dict[str, tuple] = {}
         first_done = loop.create_future()
-        s.enqueue(["a", "b"], [1, 1], as_is, lambda f: (got.update(ab=f), first_done.set_result(None)))  # runs
-        abandon = s.enqueue(["c"], [1], as_is, lambda f: got.update(c=f))                                # queued
-        s.enqueue(["d"], [1], as_is, lambda f: got.update(d=f))
+
+        def into(name, then=None):
+            def done(outputs, exc):
+                got[name] = (outputs, exc)
+                if then is not None:
+                    then.set_result(None)
+            return done
+
+        assert s.enqueue(["a", "b"], [1, 1], as_is, into("ab", first_done)) is not None   # runs on a thread
+        abandon = s.enqueue(["c"], [1], as_is, into("c"))                                  # queued
+        s.enqueue(["d"], [1], as_is, into("d"))
         with pytest.raises(Saturated):
-            s.enqueue(["e"], [1], as_is, lambda f: got.update(e=f))
+            s.enqueue(["e"], [1], as_is, into("e"))
         abandon()
         gate.set()
         await asyncio.wait_for(first_done, 5)
@@ -539,13 +550,23 @@ def test_enqueue_answers_by_callback_and_abandons():
             if "d" in got:
                 break
             await asyncio.sleep(0.01)
-        assert got["ab"].result() == ["A", "B"] and got["d"].result() == ["D"]
-        assert got["c"].cancelled() and "e" not in got
+        assert got["ab"] == (["A", "B"], None) and got["d"] == (["D"], None)
+        assert "c" not in got and "e" not in got
         assert all("c" not in rows for rows in seen)
         plain = Scheduler("p", ["s1"], forward, EXECUTOR, batching=False, max_rows=4, max_tokens=512)
         direct = loop.create_future()
-        assert plain.enqueue(["x", "y"], [1, 1], as_is, direct.set_result) is not None   # one direct job
-        assert (await asyncio.wait_for(direct, 5)).result() == ["X", "Y"]
-        assert plain.enqueue([], [], as_is, lambda f: None) is None
+        assert plain.enqueue(["x", "y"], [1, 1], as_is, lambda o, e: direct.set_result((o, e))) is not None
+        assert await asyncio.wait_for(direct, 5) == (["X", "Y"], None)                    # one direct job
+        empty: list[tuple] = []
+        assert plain.enqueue([], [], as_is, lambda o, e: empty.append((o, e))) is None and empty == [([], None)]
+        for _ in range(INLINE_AFTER + 1):                  # its forwards are measured tiny: run at once from now on
+            answered = loop.create_future()
+            plain.enqueue(["w"], [1], as_is, lambda o, e, f=answered: f.done() or f.set_result((o, e)))
+            await asyncio.wait_for(answered, 5)
+            await settled(plain)
+        now: list[tuple] = []
+        assert plain.enqueue(["z"], [1], as_is, lambda o, e: now.append((o, e))) is None and now == [(["Z"], None)]
+        assert plain.enqueue(["boom"], [1], as_is, lambda o, e: now.append((o, e))) is None
+        assert now[1][0] is None and isinstance(now[1][1], RuntimeError)                 # the error, not raised
 
     asyncio.run(asyncio.wait_for(main(), 20))

@@ -282,8 +282,7 @@ class Scheduler:
     async def run(self, fn: Callable[[Runner], T]) -> T:
         """fn(runner) on a worker thread holding one replica: a whole request in one hop; at once, here, when the
         model's forwards are tiny and a lane is free with nobody queued before it."""
-        if not self._queue and self._idle and self._loop_thread == threading.get_ident() and self._slots() \
-                and self._tiny():
+        if self._here_now():
             return self._run_here(fn)
         job = self._admit(_Job(self._get_loop().create_future(), time.perf_counter(), direct=fn), 0)
         result: T = await self._wait(job)
@@ -304,24 +303,40 @@ class Scheduler:
         return result
 
     def enqueue(self, rows: Sequence[P], costs: Sequence[int], finish: Callable[[list[Any]], Any],
-                done: Callable[[asyncio.Future[Any]], None]) -> Callable[[], None] | None:
+                done: Callable[[Any, BaseException | None], None]) -> Callable[[], None] | None:
         """`submit` without a coroutine or task of its own (an engine process takes thousands of small requests a
-        second): the rows join the batching queue and `done(future)` is called once they are answered, failed or
-        timed out. Returns the function that abandons them, or None where the rows need `submit` (none). Rows that
-        do not batch (batching off, or more than the queue holds) run as one direct job, as `submit` runs them.
-        Saturated is raised here, as submit raises it."""
+        second): `done(answer, None)` or `done(None, error)` once the rows are answered, failed or timed out, never
+        after they were abandoned. Returns the function that abandons them, or None when `done` was called before
+        this returned: no rows, or a tiny model's direct request run at once on a free lane (as `run` does: no job,
+        future or callback). Rows that do not batch (batching off, or more than the queue holds) run as one direct
+        job, as `submit` runs them. Saturated is raised here, as submit raises it."""
         n = len(rows)
         if n == 0:
+            done(finish([]), None)
             return None
         loop = self._get_loop()
         if not self.batching or n > self.capacity:
-            job = self._admit(_Job(loop.create_future(), time.perf_counter(), direct=self._whole(rows, costs, finish)),
-                              0)
+            whole = self._whole(rows, costs, finish)
+            if self._here_now():
+                try:
+                    answer = self._run_here(whole)
+                except Exception as exc:  # noqa: BLE001 - the request's error, handed to its caller
+                    done(None, exc)
+                else:
+                    done(answer, None)
+                return None
+            job = self._admit(_Job(loop.create_future(), time.perf_counter(), direct=whole), 0)
         else:
             job = _Job(loop.create_future(), time.perf_counter(), rows=rows, costs=costs, finish=finish,
                        outputs=[None] * n, remaining=n)
             self._admit(job, n)
-        job.future.add_done_callback(done)
+
+        def answered(future: asyncio.Future[Any]) -> None:
+            if not future.cancelled():   # cancelled: abandoned, nobody to tell
+                exc = future.exception()
+                done(None if exc is not None else future.result(), exc)
+
+        job.future.add_done_callback(answered)
         self._dispatch()
 
         def abandon() -> None:
@@ -537,6 +552,12 @@ class Scheduler:
         self._learn(runner)
         self._give_back(session)
         self._answer([(job, result, None)])
+
+    def _here_now(self) -> bool:
+        """A direct request may run at once, on this (the event loop's) thread: the model is tiny, a lane is free and
+        nobody is queued before it."""
+        return not self._queue and bool(self._idle) and self._loop_thread == threading.get_ident() \
+            and self._slots() > 0 and self._tiny()
 
     def _run_here(self, fn: Callable[[Runner], T]) -> T:
         """A direct request of a tiny model with a lane free and nobody queued: no job, future or timer (no queue

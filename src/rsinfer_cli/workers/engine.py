@@ -150,12 +150,9 @@ class EngineServer:
         key = (channel, msg.id)
         source = id(channel)
 
-        def done(future: asyncio.Future[Any]) -> None:
+        def done(outputs: Any, exc: BaseException | None) -> None:
             self._pending.pop(key, None)
-            if future.cancelled():
-                return   # the front end no longer waits for it
-            exc = future.exception()
-            self._reply(channel, msg.id, ipc.Outputs(id=msg.id, outputs=future.result()) if exc is None
+            self._reply(channel, msg.id, ipc.Outputs(id=msg.id, outputs=outputs) if exc is None
                         else ipc.Failed(id=msg.id, error=ipc.error_to_wire(exc)))
 
         try:
@@ -163,10 +160,8 @@ class EngineServer:
         except Exception as exc:  # noqa: BLE001 - Saturated and the like: the front end's answer
             channel.send(ipc.Failed(id=msg.id, error=ipc.error_to_wire(exc)))
             return
-        if abandon is None:          # no rows: nothing to run
-            channel.send(ipc.Outputs(id=msg.id, outputs=[]))
-            return
-        self._pending[key] = abandon     # done() runs later (a future's callbacks are scheduled) and drops it
+        if abandon is not None:          # answered later (done() drops it); None: answered already (no rows, or a
+            self._pending[key] = abandon  # tiny forward run at once)
 
     def _reply(self, channel: ipc.Channel, rid: int, reply: ipc.ToFrontEnd) -> None:
         try:
