@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import signal
+import socket
 import threading
 import time
 
@@ -389,6 +390,19 @@ def test_public_answers_hold_no_local_paths_or_banner(shared_models, serve_mode)
         denied = httpx.get(srv.url + "/v1/models")
         assert denied.status_code == 401 and denied.headers["www-authenticate"].startswith("Bearer")
         assert denied.headers["server"] == "rsinfer"
+        host, port = srv.url.removeprefix("http://").split(":")
+        for raw in (b"GARBAGE\r\n\r\n", b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"):
+            with socket.create_connection((host, int(port)), timeout=10) as sock:   # aiohttp's own 400s: no app
+                sock.sendall(raw)                                                  # middleware or signal sees them
+                answer = b""
+                while b"\r\n\r\n" not in answer and len(answer) < 65536:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        break
+                    answer += chunk
+            head = answer.split(b"\r\n\r\n")[0].decode()
+            assert head.startswith("HTTP/1.") and " 400 " in head.splitlines()[0]
+            assert "Server: rsinfer" in head.splitlines() and "aiohttp" not in head and "Python/" not in head
 
 
 def test_deadlines_sweep_keeps_asyncio_timeouts_contract():

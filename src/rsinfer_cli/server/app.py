@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import web, web_response
 from aiohttp.typedefs import Middleware
 
 from .. import families
@@ -28,7 +28,6 @@ from .errors import RateLimited, RequestTimeout, Unauthorized, response_for, sta
 from .logs import ACCESS, REQUEST_ID, request_id
 from .logs import access as log_access
 from .metrics import Metrics, QueueCollector
-from .ratelimit import HEADERS as LIMIT_HEADERS
 from .ratelimit import Limit, RateLimiter
 from .routes import hf, ops
 from .routes.common import STATE
@@ -70,7 +69,7 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
         CACHE_STATUS.set(None)  # keep-alive requests share a task: start each one clean
         length = request.content_length
         BODY_BYTES.set(length)
-        LIMIT_HEADERS.set(None)
+        limit_headers: dict[str, str] | None = None
         route = route_label(request)       # the matched template: once per request
         rid = request_id(request.headers.get("x-request-id"))
         REQUEST_ID.set(rid)
@@ -95,7 +94,6 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
                         verdict = limiter.check(client, key_index)
                     if verdict is not None:
                         limit_headers = verdict.headers()
-                        LIMIT_HEADERS.set(limit_headers)
                         if not verdict.allowed:
                             metrics.rate_limited.labels(route).inc()
                             raise RateLimited(f"rate limit reached: {verdict.limit} requests per "
@@ -118,6 +116,11 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
                     log.error("%s %s failed: %s", request.method, route, exc,
                               exc_info=not isinstance(exc, (web.HTTPException,)) and status_for(exc)[0] == 500)
             status = response.status
+            # every answer passes here before aiohttp prepares it (files included): its id and limits, set here
+            # rather than by an on_response_prepare signal (a coroutine per response)
+            response.headers["x-request-id"] = rid
+            if limit_headers is not None:
+                response.headers.update(limit_headers)
             cached = CACHE_STATUS.get()
             if cached is not None:
                 response.headers["x-rsinfer-cache"] = cached
@@ -240,6 +243,10 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     """`queues`: the models' schedulers when they live elsewhere (a front-end process: the engine process runs the
     forwards); by default each model gets its own `Scheduler` over its sessions here."""
     check_served(config)
+    # no version banner on any answer: aiohttp stamps `Server: Python/3.x aiohttp/3.y` on every response that has
+    # no Server header, its own 400s for unparseable requests too (those never reach an app's middleware or
+    # signals), and reads this module global when it does (tests/test_server.py sends one such request)
+    web_response.SERVER_SOFTWARE = "rsinfer"
     limiter = rate_limiter(config)
     tracing = None
     if config.server.tracing is not None:
@@ -298,17 +305,4 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
             app[STATE].tracing.close()    # the batched spans are sent
 
     app.cleanup_ctx.append(lifetime)
-    app.on_response_prepare.append(_no_banner)
     return app
-
-
-async def _no_banner(request: web.Request, response: web.StreamResponse) -> None:
-    """No version banner (aiohttp would say `Python/3.x aiohttp/3.y`), and the request's id on every answer, errors
-    and streamed ones included."""
-    response.headers["Server"] = "rsinfer"
-    rid = REQUEST_ID.get()
-    if rid is not None:
-        response.headers["x-request-id"] = rid
-    limits = LIMIT_HEADERS.get()
-    if limits is not None:
-        response.headers.update(limits)

@@ -16,15 +16,11 @@ the kernel; a client pinned to one front end by keep-alive gets that share, neve
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-
-# the RateLimit-* headers of the request being answered (set by the middleware, sent with its response)
-HEADERS: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("rsinfer_ratelimit", default=None)
 
 
 @dataclass(frozen=True)
