@@ -246,7 +246,7 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     # no version banner on any answer: aiohttp stamps `Server: Python/3.x aiohttp/3.y` on every response that has
     # no Server header, its own 400s for unparseable requests too (those never reach an app's middleware or
     # signals), and reads this module global when it does (tests/test_server.py sends one such request)
-    web_response.SERVER_SOFTWARE = "rsinfer"
+    web_response.SERVER_SOFTWARE = "rsinfer"  # type: ignore[attr-defined]  # imported there, not exported
     limiter = rate_limiter(config)
     tracing = None
     if config.server.tracing is not None:
