@@ -221,6 +221,7 @@ def test_loop_handler_writes_once_per_iteration_and_flushes_off_the_loop():
     import asyncio
     import io
     import logging
+    import threading
 
     from rsinfer_cli.server.logs import LoopStreamHandler, TextFormatter
 
@@ -255,5 +256,21 @@ def test_loop_handler_writes_once_per_iteration_and_flushes_off_the_loop():
         log.info("off the loop")
         assert stream.getvalue().endswith("off the loop\n")
         assert stream.writes == 2
+
+        async def with_a_thread() -> tuple[str, str]:
+            log.info("loop 1")
+            log.info("loop 2")
+            worker = threading.Thread(target=log.info, args=("from a thread",))
+            worker.start()
+            worker.join(5)
+            during = stream.getvalue()    # written at once, after the loop's lines that waited
+            log.info("loop 3")
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            return during, stream.getvalue()
+
+        during, after = asyncio.run(with_a_thread())
+        assert [ln.split(": ", 1)[1] for ln in during.splitlines()[-3:]] == ["loop 1", "loop 2", "from a thread"]
+        assert after.endswith("loop 3\n") and stream.writes == 4
     finally:
         log.removeHandler(handler)

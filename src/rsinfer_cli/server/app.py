@@ -159,7 +159,7 @@ class Deadlines:
     async def within(self, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
         task = asyncio.current_task()
         assert task is not None
-        loop = asyncio.get_running_loop()
+        loop = task.get_loop()   # not get_running_loop(): on Python 3.11 each of those is a getpid() system call
         self.due[task] = loop.time() + self.seconds
         if not self._sweeping:
             self._sweeping = True

@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -170,6 +171,7 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def __init__(self) -> None:
         super().__init__()
         self._pending: list[str] = []
+        self._due_on: int | None = None    # the thread whose event loop has a flush of the pending lines scheduled
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -180,22 +182,29 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.line(line)
 
     def line(self, line: str) -> None:
-        """A formatted line (with its terminator): out at the end of the loop's iteration, or now off a loop."""
+        """A formatted line (with its terminator): out at the end of the loop's iteration, or now off a loop. Only
+        the first line of an iteration looks for the running loop (on Python 3.11 that look-up is a getpid() system
+        call); the others join the write already due."""
+        me = threading.get_ident()
+        with self.lock:   # type: ignore[union-attr]
+            self._pending.append(line)
+            if self._due_on == me:   # this thread's loop writes them at the end of its iteration
+                return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        with self.lock:   # type: ignore[union-attr]
-            self._pending.append(line)
-            first = len(self._pending) == 1
         if loop is None or loop.is_closed():
             self.flush()
-        elif first:
+        else:
+            with self.lock:   # type: ignore[union-attr]
+                if self._due_on is None:
+                    self._due_on = me
             loop.call_soon(self.flush)
 
     def flush(self) -> None:
         with self.lock:   # type: ignore[union-attr]
-            lines, self._pending = self._pending, []
+            lines, self._pending, self._due_on = self._pending, [], None
             if lines:
                 try:
                     self.stream.write("".join(lines))
