@@ -462,3 +462,45 @@ class TestInputRules:
         with pytest.raises(ConfigError, match=r"models\[0\].normalize_input: applies to kind tensor only"):
             parse_config({"models": [{"name": "e", "kind": "embedding", "path": "x", "normalize_input": "minmax"}]})
 
+
+
+def test_checked_shapes_are_kept_and_give_what_the_checks_give(tmp_path):
+    """TensorPipeline.check keeps what it found per input names and shapes: a second request of the same shapes gets
+    the same inputs (the batch dimension added to exactly the inputs that lacked it) and batch size, and a shape the
+    checks refuse is refused every time (never kept)."""
+    from rsinfer_cli.engine.registry import Registry
+    from rsinfer_cli.errors import InputError
+    from rsinfer_cli.pipelines import build_pipeline
+
+    a = helper.make_tensor_value_info("A", TensorProto.FLOAT, ["batch", 2])
+    b = helper.make_tensor_value_info("B", TensorProto.FLOAT, ["batch", 2])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", 2])
+    graph = helper.make_graph([helper.make_node("Add", ["A", "B"], ["Y"])], "add_ab", [a, b], [y])
+    (tmp_path / "ab").mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8),
+              str(tmp_path / "ab" / "model.onnx"))
+    cfg = parse_config({"models": [{"name": "ab", "kind": "tensor", "path": str(tmp_path / "ab"),
+                                    "max_batch_size": 4}]})
+    registry = Registry.load(cfg)
+    pipe = build_pipeline(registry.get("ab", "tensor", None), cfg.server)
+    f = np.float32
+    cases = [
+        {"A": np.ones(2, f), "B": np.ones((1, 2), f)},          # one input leaves the batch dimension out
+        {"A": np.ones(2, f), "B": np.ones(2, f)},               # both do
+        {"A": np.ones((3, 2), f), "B": np.ones((3, 2), f)},     # a batch of 3
+    ]
+    for tensors in cases:
+        expected, batch = pipe._check(tensors)
+        for _ in range(2):                                      # computed, then kept
+            got, got_batch = pipe.check(tensors)
+            assert got_batch == batch and got.keys() == expected.keys()
+            assert all(got[k].shape == expected[k].shape and np.array_equal(got[k], expected[k]) for k in got)
+    assert len(pipe._checked) == 3
+    assert pipe.check(cases[0])[0]["A"].shape == (1, 2) and pipe.check(cases[0])[1] is None
+    refused = {"A": np.ones((5, 2), f), "B": np.ones((5, 2), f)}   # batch 5 > max_batch_size 4
+    for _ in range(2):
+        with pytest.raises(InputError, match="at most 4"):
+            pipe.check(refused)
+    with pytest.raises(InputError, match="agree on dimension 0"):
+        pipe.check({"A": np.ones((2, 2), f), "B": np.ones((3, 2), f)})
+    assert len(pipe._checked) == 3
