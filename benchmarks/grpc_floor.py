@@ -1,0 +1,152 @@
+"""The floor of KServe gRPC in Python on this machine: what a servicer that does (next to) nothing costs per call,
+measured with the load of benchmarks/overhead.py (64 tritonclient.grpc.aio clients, `add_one`), so that rsinfer's
+gRPC number has its floor beside it from the same run.
+
+Servers, each in a process of its own on 127.0.0.1:
+- `aio fixed`: grpc.aio (uvloop), ModelInfer returns a prepared answer;
+- `aio meta+run`: the same, reading the call's metadata, setting a trailing `x-request-id` and running the real
+  `session.run` of add_one (what any server must do);
+- `sync meta+run`: grpc's thread-pool server (`grpc.server`, 16 threads) doing the same;
+- `rsinfer`: `rsinfer serve` with the server's defaults and `grpc_bind`.
+
+    .venv/bin/python benchmarks/grpc_floor.py          # appends a section to benchmarks/RESULTS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from _serve import Serve, append_results, free_port, tree_cpu_seconds
+from batching import ROOT, SHARED, machine
+from overhead import config, grpc_load
+
+ADD = SHARED / "tensor-models" / "add_one"
+
+SERVER = textwrap.dedent('''
+    import sys
+    from concurrent import futures
+    import grpc
+    import numpy as np
+    import onnxruntime as ort
+    from rsinfer_cli.server.kserve import kserve_pb2 as pb, kserve_pb2_grpc as pb_grpc
+
+    mode, port, model = sys.argv[1], sys.argv[2], sys.argv[3]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    T = pb.ModelInferResponse.InferOutputTensor
+    FIXED = pb.ModelInferResponse(model_name="add", model_version="1",
+                                  outputs=[T(name="OUTPUT0", datatype="FP32", shape=[1, 4])],
+                                  raw_output_contents=[np.ones(4, np.float32).tobytes()])
+
+    def answer(request, context):
+        if mode.endswith("fixed"):
+            return FIXED
+        next((v for k, v in (context.invocation_metadata() or ()) if k.lower() == "x-request-id"), None)
+        context.set_trailing_metadata((("x-request-id", "0123456789abcdef"),))
+        x = np.frombuffer(request.raw_input_contents[0], dtype=np.float32).reshape(1, 4)
+        y = sess.run(None, {"INPUT0": x})[0]
+        return pb.ModelInferResponse(model_name="add", model_version="1",
+                                     outputs=[T(name="OUTPUT0", datatype="FP32", shape=list(y.shape))],
+                                     raw_output_contents=[y.tobytes()])
+
+    if mode.startswith("sync"):
+        class Sync(pb_grpc.GRPCInferenceServiceServicer):
+            def ModelInfer(self, request, context):
+                return answer(request, context)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(Sync(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        server.start()
+        print("ready", flush=True)
+        server.wait_for_termination()
+    else:
+        import uvloop
+
+        class Aio(pb_grpc.GRPCInferenceServiceServicer):
+            async def ModelInfer(self, request, context):
+                return answer(request, context)
+
+        async def main():
+            server = grpc.aio.server()
+            pb_grpc.add_GRPCInferenceServiceServicer_to_server(Aio(), server)
+            server.add_insecure_port(f"127.0.0.1:{port}")
+            await server.start()
+            print("ready", flush=True)
+            await server.wait_for_termination()
+
+        uvloop.run(main())
+''')
+
+
+def bare(mode: str, seconds: float) -> tuple[float, float]:
+    """(requests/s, CPU µs per call) of one bare server."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, mode, str(port), str(ADD / "model.onnx")],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        asyncio.run(grpc_load(f"127.0.0.1:{port}", 2))      # warm-up
+        t0 = sum(tree_cpu_seconds(proc.pid).values())
+        r = asyncio.run(grpc_load(f"127.0.0.1:{port}", seconds))
+        t1 = sum(tree_cpu_seconds(proc.pid).values())
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    n = max(r["requests"], 1)
+    return r["rps"], 1e6 * (t1 - t0) / n
+
+
+def rsinfer(seconds: float, tmp: Path) -> tuple[float, float]:
+    grpc_port = free_port()
+    models, server = config(1, grpc_port)              # overhead.py's: the defaults and grpc_bind
+    srv = Serve(models, tmp, server, name="grpc-floor", log_level="info")
+    try:
+        asyncio.run(grpc_load(f"127.0.0.1:{grpc_port}", 2))
+        t0 = sum(tree_cpu_seconds(srv.proc.pid).values())
+        r = asyncio.run(grpc_load(f"127.0.0.1:{grpc_port}", seconds))
+        t1 = sum(tree_cpu_seconds(srv.proc.pid).values())
+    finally:
+        srv.stop()
+    n = max(r["requests"], 1)
+    return r["rps"], 1e6 * (t1 - t0) / n
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
+    parser.add_argument("--seconds", type=float, default=10)
+    args = parser.parse_args()
+    names = ["aio fixed", "aio meta+run", "sync meta+run", "rsinfer"]
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        for order in (names, names[::-1]):                  # ABBA
+            for name in order:
+                got[name].append(rsinfer(args.seconds, Path(tmp)) if name == "rsinfer" else
+                                 bare(name.replace(" ", "-"), args.seconds))
+                time.sleep(1)
+    lines = ["", "## The floor of KServe gRPC in Python (issue 25)", "",
+             f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/grpc_floor.py` (64 "
+             "tritonclient.grpc.aio clients on 127.0.0.1, add_one, "
+             f"{args.seconds:.0f} s per server, each twice in ABBA order; CPU = the server's process tree per call).",
+             "", "| server | calls/s | CPU µs per call |", "|---|---|---|"]
+    for name in names:
+        rps = [r for r, _ in got[name]]
+        cpu = [c for _, c in got[name]]
+        lines.append(f"| {name} | {sum(rps) / len(rps):.0f} [{min(rps):.0f}-{max(rps):.0f}] | "
+                     f"{sum(cpu) / len(cpu):.0f} [{min(cpu):.0f}-{max(cpu):.0f}] |")
+    lines.append("")
+    return append_results(args.out, lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
