@@ -20,6 +20,12 @@ def append_results(out: Path, lines: list[str]) -> int:
     return 0
 
 
+def spread(values: list[float], fmt: str) -> str:
+    """A table cell for repeated passes: their mean, and their range in brackets when there are several."""
+    mean = sum(values) / len(values)
+    return f"{mean:{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]" if len(values) > 1 else f"{mean:{fmt}}"
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (from /proc)."""
     with open(f"/proc/{pid}/stat") as f:

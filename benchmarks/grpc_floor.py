@@ -24,7 +24,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from _serve import Serve, append_results, free_port, tree_cpu_seconds
+from _serve import Serve, append_results, free_port, spread, tree_cpu_seconds
 from batching import ROOT, SHARED, machine
 from overhead import config, grpc_load
 
@@ -142,8 +142,7 @@ def main() -> int:
     for name in names:
         rps = [r for r, _ in got[name]]
         cpu = [c for _, c in got[name]]
-        lines.append(f"| {name} | {sum(rps) / len(rps):.0f} [{min(rps):.0f}-{max(rps):.0f}] | "
-                     f"{sum(cpu) / len(cpu):.0f} [{min(cpu):.0f}-{max(cpu):.0f}] |")
+        lines.append(f"| {name} | {spread(rps, '.0f')} | {spread(cpu, '.0f')} |")
     lines.append("")
     return append_results(args.out, lines)
 

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _serve import Serve, append_results, free_port, inference_sum, tree_cpu_seconds
+from _serve import Serve, append_results, free_port, inference_sum, spread, tree_cpu_seconds
 from batching import ROOT, SHARED, drive_raw, machine
 
 ADD = SHARED / "tensor-models" / "add_one"
@@ -185,10 +185,6 @@ def main() -> int:
              "| workload | side | workers | requests/s | CPU µs/request | engine µs/request | forward µs/request "
              "| engine beside forwards | errors |", "|---|---|---|---|---|---|---|---|---|"]
 
-    def cell(values: list[float], fmt: str) -> str:
-        mean = sum(values) / len(values)
-        return f"{mean:{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]" if len(values) > 1 else f"{mean:{fmt}}"
-
     names = list(next(iter(runs.values()))[0])
     for name in names:
         for (side, workers), passes in runs.items():
@@ -196,9 +192,9 @@ def main() -> int:
             eng = [r["engine_us"] for r in rows if r["engine_us"] is not None]
             fwd = [r["forward_us"] for r in rows if r["forward_us"] is not None]
             beside = [r["engine_beside_us"] for r in rows if r.get("engine_beside_us") is not None]
-            lines.append(f"| {name} | {side} | {workers} | {cell([r['rps'] for r in rows], '.0f')} | "
-                         f"{cell([r['cpu_us'] for r in rows], '.0f')} | {cell(eng, '.0f') if eng else '-'} | "
-                         f"{cell(fwd, '.0f') if fwd else '-'} | {cell(beside, '.0f') if beside else '-'} | "
+            lines.append(f"| {name} | {side} | {workers} | {spread([r['rps'] for r in rows], '.0f')} | "
+                         f"{spread([r['cpu_us'] for r in rows], '.0f')} | {spread(eng, '.0f') if eng else '-'} | "
+                         f"{spread(fwd, '.0f') if fwd else '-'} | {spread(beside, '.0f') if beside else '-'} | "
                          f"{sum(r['errors'] for r in rows)} |")
     lines.append("")
     return append_results(args.out, lines)
