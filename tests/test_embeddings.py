@@ -54,6 +54,21 @@ class TestPooling:
     def test_from_sentence_transformers_config(self, cfg, mode):
         assert pooling_from_config(cfg)[0] == mode
 
+    def test_pooling_in_graph_is_checked_against_the_output(self, tmp_path):
+        from rsinfer_cli.config import parse_config
+        from rsinfer_cli.errors import ModelLoadError
+
+        root = synth.write_model_dir(tmp_path / "m")          # last_hidden_state [batch, seq, dim]: not pooled
+
+        def with_key(value):
+            return parse_config({"models": [{"name": "m", "kind": "embedding", "path": str(root), "replicas": 1,
+                                             "pooling_in_graph": value}]}).models[0]
+
+        assert EmbeddingPipeline(load_model(with_key(False))).pooled_in_graph is False   # agrees: loads
+        with pytest.raises(ModelLoadError, match=r"pooling_in_graph is true but the graph's output "
+                                                 r"'last_hidden_state' has shape \[.*\]: not pooled"):
+            EmbeddingPipeline(load_model(with_key(True)))
+
     def test_synthetic_graph_end_to_end(self, tmp_path):
         root = synth.write_model_dir(tmp_path / "m", pooling="pooling_mode_cls_token")
         pipe = EmbeddingPipeline(load_model(ModelConfig(name="m", kind="embedding", path=str(root), replicas=1)))

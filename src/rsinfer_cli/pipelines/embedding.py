@@ -68,7 +68,8 @@ class EmbeddingOptions:
     normalize: bool = True
     # keep the first N dimensions (Matryoshka), then normalize; a request's `dimensions` overrides
     dimensions: int | None = opt(None, gt=0)
-    # accepted for older configs and not read: whether the graph pools is seen from its output ([B, D] is pooled)
+    # whether the graph pools is seen from its output ([B, D] is pooled); when given, it is checked against that and
+    # a model whose output says otherwise fails to load
     pooling_in_graph: bool | None = None
 
 
@@ -87,6 +88,13 @@ class EmbeddingPipeline(TextPipeline):
         if len(info.shape) not in (2, 3):
             raise ModelLoadError(f"model '{cfg.name}': embedding output '{self.output}' has shape "
                                  f"{list(info.shape)}; expected [batch, dim] or [batch, seq, dim]", model=cfg.name)
+        if opts.pooling_in_graph is not None and opts.pooling_in_graph != self.pooled_in_graph:
+            raise ModelLoadError(
+                f"model '{cfg.name}': pooling_in_graph is {str(opts.pooling_in_graph).lower()} but the graph's output "
+                f"'{self.output}' has shape {list(info.shape)}, "
+                f"{'[batch, dim]: already pooled' if self.pooled_in_graph else '[batch, seq, dim]: not pooled'}; "
+                "remove the key (rsinfer sees from the output whether the graph pools) or fix the model",
+                model=cfg.name)
         if opts.pooling != "auto":
             self.pooling, self.pooling_reason = opts.pooling, "pooling in config"
         else:
