@@ -277,6 +277,8 @@ class CpuBudget:
 
     def give(self, n: int) -> None:
         self.free = min(self.total, self.free + n)
+        if not self._waiting:      # nobody to call back (almost always): no lists or dicts made per forward
+            return
         waiting, self._waiting = list(self._waiting.items()), {}
         for i, (_, wake) in enumerate(waiting):   # in the order they waited; one still short waits again, last
             if self.free <= 0:
