@@ -272,5 +272,19 @@ def test_loop_handler_writes_once_per_iteration_and_flushes_off_the_loop():
         during, after = asyncio.run(with_a_thread())
         assert [ln.split(": ", 1)[1] for ln in during.splitlines()[-3:]] == ["loop 1", "loop 2", "from a thread"]
         assert after.endswith("loop 3\n") and stream.writes == 4
+
+        from rsinfer_cli.server.logs import flush_pending
+
+        handler._due_on = threading.get_ident()     # as after a loop that ended before its scheduled write
+        handler.line("held\n")
+        assert not stream.getvalue().endswith("held\n")
+        root = logging.getLogger()
+        saved = root.handlers[:]
+        root.handlers[:] = [handler]
+        try:
+            flush_pending()                         # what run_loop does when its loop ends
+        finally:
+            root.handlers[:] = saved
+        assert stream.getvalue().endswith("held\n") and handler._due_on is None
     finally:
         log.removeHandler(handler)

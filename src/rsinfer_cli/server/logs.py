@@ -217,6 +217,14 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
                     return
 
 
+def flush_pending() -> None:
+    """Write what the root logger's loop handlers hold (a loop that ended before the write its last iteration
+    scheduled, and the lines its thread logged after it)."""
+    for h in logging.root.handlers:
+        if isinstance(h, LoopStreamHandler):
+            h.flush()
+
+
 def configure(level: str, fmt: str = "text") -> None:
     """The root logger of a daemon process: its level, one stderr handler, the format and the request ids.
 
