@@ -171,7 +171,8 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def __init__(self) -> None:
         super().__init__()
         self._pending: list[str] = []
-        self._due_on: int | None = None    # the thread whose event loop has a flush of the pending lines scheduled
+        # the thread, and its event loop, that has a write of the pending lines scheduled
+        self._due: tuple[int, asyncio.AbstractEventLoop] | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -188,23 +189,24 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         me = threading.get_ident()
         with self.lock:   # type: ignore[union-attr]
             self._pending.append(line)
-            if self._due_on == me:   # this thread's loop writes them at the end of its iteration
-                return
+            due = self._due
+            if due is not None and due[0] == me and due[1].is_running():
+                return       # this thread's loop writes them at the end of its iteration
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
         if loop is None or loop.is_closed():
-            self.flush()
+            self.flush()     # off a loop (or after its loop ended, with what that loop left unwritten): now
         else:
             with self.lock:   # type: ignore[union-attr]
-                if self._due_on is None:
-                    self._due_on = me
+                if self._due is None:
+                    self._due = (me, loop)
             loop.call_soon(self.flush)
 
     def flush(self) -> None:
         with self.lock:   # type: ignore[union-attr]
-            lines, self._pending, self._due_on = self._pending, [], None
+            lines, self._pending, self._due = self._pending, [], None
             if lines:
                 try:
                     self.stream.write("".join(lines))
@@ -215,14 +217,6 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
                     self.stream.flush()
                 except Exception:  # noqa: BLE001
                     return
-
-
-def flush_pending() -> None:
-    """Write what the root logger's loop handlers hold (a loop that ended before the write its last iteration
-    scheduled, and the lines its thread logged after it)."""
-    for h in logging.root.handlers:
-        if isinstance(h, LoopStreamHandler):
-            h.flush()
 
 
 def configure(level: str, fmt: str = "text") -> None:

@@ -16,7 +16,6 @@ from ..engine.registry import Registry
 from ..engine.threads import limit_tokenizer_threads, usable_cpus
 from ..errors import ConfigError
 from .app import check_served, create_app
-from .logs import flush_pending
 from .routes.common import STATE
 from .systemd import Notifier
 
@@ -96,21 +95,18 @@ def run_loop(main: Coroutine[Any, Any, T], choice: str = "auto") -> T:
     """asyncio.run with the event loop `server.event_loop` names: uvloop (libuv; measured in benchmarks/overhead.py)
     when installed and not turned off, else asyncio's. A front end, an engine and the one-process server all run
     on it."""
-    try:
-        if choice in ("auto", "uvloop"):
-            try:
-                import uvloop
-            except ImportError:
-                if choice == "uvloop":
-                    raise ConfigError("server.event_loop: uvloop is not installed (pip install uvloop)") from None
-            else:
-                log.info("event loop: uvloop")
-                result: T = uvloop.run(main)
-                return result
-        log.info("event loop: asyncio")
-        return asyncio.run(main)
-    finally:
-        flush_pending()   # the loop's last iteration's lines, and lines logged after it on this thread
+    if choice in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise ConfigError("server.event_loop: uvloop is not installed (pip install uvloop)") from None
+        else:
+            log.info("event loop: uvloop")
+            result: T = uvloop.run(main)
+            return result
+    log.info("event loop: asyncio")
+    return asyncio.run(main)
 
 
 def serve(config: Config, host: str | None = None, port: int | None = None) -> None:
