@@ -464,10 +464,10 @@ class TestInputRules:
 
 
 
-def test_checked_shapes_are_kept_and_give_what_the_checks_give(tmp_path):
-    """TensorPipeline.check keeps what it found per input names and shapes: a second request of the same shapes gets
-    the same inputs (the batch dimension added to exactly the inputs that lacked it) and batch size, and a shape the
-    checks refuse is refused every time (never kept)."""
+def test_input_checks_add_the_batch_dimension_to_exactly_the_inputs_without_it(tmp_path):
+    """TensorPipeline.check over two inputs: the batch dimension is added to exactly the inputs that left it out,
+    the batch size is None when the request left it out and the real size otherwise; a batch above max_batch_size
+    and inputs that disagree on it are refused, every time."""
     from rsinfer_cli.engine.registry import Registry
     from rsinfer_cli.errors import InputError
     from rsinfer_cli.pipelines import build_pipeline
@@ -484,23 +484,19 @@ def test_checked_shapes_are_kept_and_give_what_the_checks_give(tmp_path):
     registry = Registry.load(cfg)
     pipe = build_pipeline(registry.get("ab", "tensor", None), cfg.server)
     f = np.float32
-    cases = [
-        {"A": np.ones(2, f), "B": np.ones((1, 2), f)},          # one input leaves the batch dimension out
-        {"A": np.ones(2, f), "B": np.ones(2, f)},               # both do
-        {"A": np.ones((3, 2), f), "B": np.ones((3, 2), f)},     # a batch of 3
+    cases = [   # (inputs, the shapes checked, the batch size)
+        ({"A": np.ones(2, f), "B": np.ones((1, 2), f)}, {"A": (1, 2), "B": (1, 2)}, None),   # one leaves it out
+        ({"A": np.ones(2, f), "B": np.ones(2, f)}, {"A": (1, 2), "B": (1, 2)}, None),         # both do
+        ({"A": np.ones((3, 2), f), "B": np.ones((3, 2), f)}, {"A": (3, 2), "B": (3, 2)}, 3),  # a batch of 3
     ]
-    for tensors in cases:
-        expected, batch = pipe._check(tensors)
-        for _ in range(2):                                      # computed, then kept
+    for tensors, shapes, batch in cases:
+        for _ in range(2):                                      # the same answer every time
             got, got_batch = pipe.check(tensors)
-            assert got_batch == batch and got.keys() == expected.keys()
-            assert all(got[k].shape == expected[k].shape and np.array_equal(got[k], expected[k]) for k in got)
-    assert len(pipe._checked) == 3
-    assert pipe.check(cases[0])[0]["A"].shape == (1, 2) and pipe.check(cases[0])[1] is None
+            assert got_batch == batch and {k: v.shape for k, v in got.items()} == shapes
+            assert all(np.array_equal(got[k].reshape(-1), tensors[k].reshape(-1)) for k in got)
     refused = {"A": np.ones((5, 2), f), "B": np.ones((5, 2), f)}   # batch 5 > max_batch_size 4
     for _ in range(2):
         with pytest.raises(InputError, match="at most 4"):
             pipe.check(refused)
     with pytest.raises(InputError, match="agree on dimension 0"):
         pipe.check({"A": np.ones((2, 2), f), "B": np.ones((3, 2), f)})
-    assert len(pipe._checked) == 3

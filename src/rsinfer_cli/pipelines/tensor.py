@@ -98,10 +98,6 @@ class TensorPipeline(RowPipeline):
         self.max_batch_size = model.config.max_batch_size
         self.inputs = {t.name: t for t in model.graph.inputs}
         self._shapes = {t.name: kserve_shape(t) for t in model.graph.inputs}   # checked against on every request
-        # input names and shapes already checked → (per input: the batch dimension added to it, or None when to
-        # none; the batch size)
-        self._checked: dict[tuple[tuple[str, tuple[int, ...]], ...],
-                            tuple[tuple[bool, ...] | None, int | None]] = {}
         self.outputs = [t.name for t in model.graph.outputs]
         if self.max_batch_size > 0:
             for t in model.graph.inputs:
@@ -158,25 +154,7 @@ class TensorPipeline(RowPipeline):
 
     def check(self, tensors: Mapping[str, Array]) -> tuple[dict[str, Array], int | None]:
         """Inputs checked against the graph → (inputs with their batch dimension, the request's batch size or
-        None when the request left the batch dimension out). What the checks found depends only on the inputs'
-        names and shapes, so it is kept for the shapes seen (a client sends the same few again and again): a
-        request of known shapes skips them (~2 µs of a tiny request's ~30 in a tight loop)."""
-        key = tuple([(name, arr.shape) for name, arr in tensors.items()])
-        known = self._checked.get(key)
-        if known is not None:
-            expand, batch = known
-            if expand is None:
-                return dict(tensors), batch
-            items = zip(tensors.items(), expand, strict=True)
-            return {name: arr[None, ...] if e else arr for (name, arr), e in items}, batch
-        out, batch = self._check(tensors)
-        if len(self._checked) >= 256:      # bounded: a client cycling through shapes cannot grow it
-            self._checked.clear()
-        grown = tuple(out[name].ndim != arr.ndim for name, arr in tensors.items())   # batch dimension added
-        self._checked[key] = (grown if any(grown) else None, batch)
-        return out, batch
-
-    def _check(self, tensors: Mapping[str, Array]) -> tuple[dict[str, Array], int | None]:
+        None when the request left the batch dimension out)."""
         missing = [n for n in self.inputs if n not in tensors]
         if missing:
             raise InputError(f"missing input(s) {', '.join(missing)}; the model's inputs are {self.signature()}",
