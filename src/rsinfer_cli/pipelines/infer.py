@@ -58,21 +58,33 @@ class Inference:
         """plan(*args, **kwargs) → Work, its rows run, its answer built. When a replica is free (or batching is off):
         all of it in one thread hop on that replica - there is nothing to batch with. Else tokenized on the prep
         pool, then the rows join the model's batching queue, and the worker that runs the request's last forward
-        builds the answer (two hops)."""
-        pipe = self.pipelines[model.key]
-        queue = self.queues[model.key]
+        builds the answer (two hops). A tiny model's request with a lane free and nobody queued: all of it here, now,
+        on the event loop (no hop, no job: `run_now`)."""
+        key = model.key
+        pipe = self.pipelines[key]
+        queue = self.queues[key]
         stats = REQUEST_STATS.get()
         if stats is not None:
-            stats["model"] = model.key
-            plan = _stamped(plan, stats)
+            stats["model"] = key
         if self.cache is not None and model.config.cache:
-            return await self._cached(model, pipe, queue, plan, args, kwargs)
+            return await self._cached(model, pipe, queue, _stamped(plan, stats), args, kwargs)
+        if queue.now():
+            t0 = time.perf_counter()
+            try:
+                work = plan(*args, **kwargs)
+            finally:
+                if stats is not None:
+                    stats["t_tokenize"] = (t0, time.perf_counter())
+            result: R = _finish(work, queue.run_now(work.rows, work.costs), stats)
+            self._observed(model, work.timing, stats)
+            return result
+        plan = _stamped(plan, stats)
         if self.inline_prep:
             body = BODY_BYTES.get()
             loop = asyncio.get_running_loop()
             if body is not None and body <= INLINE_BYTES:
                 work = plan(*args, **kwargs)
-                result: R = _finish(work, await queue.submit(work.rows, work.costs, as_is), stats)
+                result = _finish(work, await queue.submit(work.rows, work.costs, as_is), stats)
             else:
                 work = await loop.run_in_executor(self.prep, functools.partial(plan, *args, **kwargs))
                 outputs = await queue.submit(work.rows, work.costs, as_is)
@@ -144,8 +156,12 @@ def _finish(work: Work[R], outputs: list[Any], stats: dict[str, Any] | None = No
             stats["postprocess_ms"] = stats.get("postprocess_ms", 0.0) + (time.perf_counter() - t0) * 1000
 
 
-def _stamped(plan: Callable[..., Work[R]], stats: dict[str, Any]) -> Callable[..., Work[R]]:
-    """`plan` (tokenizing, on whichever thread) recording its perf_counter start and end for traces."""
+def _stamped(plan: Callable[..., Work[R]], stats: dict[str, Any] | None) -> Callable[..., Work[R]]:
+    """`plan` (tokenizing, on whichever thread) recording its perf_counter start and end for traces (when the
+    request has a timing record)."""
+    if stats is None:
+        return plan
+
     def timed(*args: Any, **kwargs: Any) -> Work[R]:
         t0 = time.perf_counter()
         try:

@@ -128,6 +128,12 @@ class RemoteQueue:
     async def run(self, fn: Callable[[Runner], T]) -> T:
         raise RuntimeError("a front end never holds a replica")  # `free` is False: the server submits rows
 
+    def now(self) -> bool:
+        return False        # the forward is always in the engine
+
+    def run_now(self, rows: Sequence[Any], costs: Sequence[int]) -> list[Any]:
+        raise RuntimeError("a front end never holds a replica")  # `now()` is False
+
     def stop(self) -> None:
         pass
 
