@@ -213,6 +213,8 @@ def test_the_direct_access_line_is_the_formatters_line(fmt):
             REQUEST_ID.reset(token)
         assert formatter.info_line("rsinfer.access", created, "POST /x 200 0.1ms", rid, lambda: fields) == \
             formatter.format(record)
+        assert formatter.info_line("rsinfer.access", created, "POST /x 200 0.1ms", rid, lambda: fields, "\n") == \
+            formatter.format(record) + "\n"
 
 
 def test_loop_handler_writes_once_per_iteration_and_flushes_off_the_loop():

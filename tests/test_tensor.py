@@ -191,6 +191,16 @@ def test_request_without_batch_dimension_is_answered_without_it(server):
     assert out["shape"] == [4] and out["data"] == [2, 3, 4, 5]
 
 
+def test_an_empty_batch_is_answered_empty(server):
+    """A batch of zero rows ([0, 4]) to a model with a batch dimension is one forward of zero rows, answered [0, 4]
+    (it was an IndexError, a 500, before the tensor family ran a one-row-or-less request as it came)."""
+    for model in ("add_one", "solo"):      # max_batch_size 8 and 64: the direct and the batched path
+        r = httpx.post(server.url + f"/v2/models/{model}/infer",
+                       json={"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [0, 4], "data": []}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["outputs"][0]["shape"] == [0, 4] and r.json()["outputs"][0]["data"] == []
+
+
 def test_output_subset_id_and_metadata(server, http):
     r = httpx.post(server.url + "/v2/models/add_sub/infer", json={
         "id": "abc", "outputs": [{"name": "OUTPUT1"}],

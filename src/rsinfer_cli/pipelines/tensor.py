@@ -41,9 +41,13 @@ def datatype_of(dtype: str) -> str:
 
 
 def numpy_dtype(datatype: str) -> np.dtype[Any]:
-    if datatype == "BYTES":
-        return np.dtype(object)
-    return np.dtype(DATATYPES[datatype])
+    dtype = _NUMPY.get(datatype)
+    return dtype if dtype is not None else np.dtype(DATATYPES[datatype])   # BF16: numpy's own TypeError
+
+
+# each KServe datatype's numpy dtype, made once (not an np.dtype(name) per tensor of every request); not BF16
+_NUMPY: dict[str, np.dtype[Any]] = {k: np.dtype(object) if k == "BYTES" else np.dtype(v) for k, v in DATATYPES.items()
+                                    if k not in UNSUPPORTED}
 
 
 def minmax_rows(arr: Array, batched: bool) -> Array:
@@ -98,6 +102,7 @@ class TensorPipeline(RowPipeline):
         self.max_batch_size = model.config.max_batch_size
         self.inputs = {t.name: t for t in model.graph.inputs}
         self._shapes = {t.name: kserve_shape(t) for t in model.graph.inputs}   # checked against on every request
+        self._fixed = {name: [(k, d) for k, d in enumerate(want) if d >= 0] for name, want in self._shapes.items()}
         self.outputs = [t.name for t in model.graph.outputs]
         if self.max_batch_size > 0:
             for t in model.graph.inputs:
@@ -155,27 +160,27 @@ class TensorPipeline(RowPipeline):
     def check(self, tensors: Mapping[str, Array]) -> tuple[dict[str, Array], int | None]:
         """Inputs checked against the graph → (inputs with their batch dimension, the request's batch size or
         None when the request left the batch dimension out)."""
-        missing = [n for n in self.inputs if n not in tensors]
-        if missing:
+        if not self.inputs.keys() <= tensors.keys():
+            missing = [n for n in self.inputs if n not in tensors]
             raise InputError(f"missing input(s) {', '.join(missing)}; the model's inputs are {self.signature()}",
                              param=missing[0])
         out: dict[str, Array] = {}
         batch: int | None = None
         unbatched = False
         for name, arr in tensors.items():
-            info = self.inputs.get(name)
-            if info is None:
+            if name not in self.inputs:
                 raise InputError(f"unknown input '{name}'; the model's inputs are {self.signature()}", param=name)
             want = self._shapes[name]
-            shape = list(arr.shape)
+            shape = arr.shape
             if self.max_batch_size > 0 and len(shape) == len(want) - 1:  # batch dimension left out: [1, ...]
-                arr, shape, unbatched = arr[None, ...], [1, *shape], True
+                arr, unbatched = arr[None, ...], True
+                shape = arr.shape
             if len(shape) != len(want):
                 raise InputError(f"input '{name}' has shape {list(arr.shape)} (rank {len(arr.shape)}) but the model "
                                  f"expects rank {len(want)}: {want}", param=name)
-            for k, (got, exp) in enumerate(zip(shape, want, strict=True)):
-                if exp >= 0 and got != exp:
-                    raise InputError(f"input '{name}' has shape {shape} but dimension {k} must be {exp} "
+            for k, exp in self._fixed[name]:
+                if shape[k] != exp:
+                    raise InputError(f"input '{name}' has shape {list(shape)} but dimension {k} must be {exp} "
                                      f"(the model expects {want})", param=name)
             if self.max_batch_size > 0:
                 n = shape[0]
@@ -208,20 +213,22 @@ class TensorPipeline(RowPipeline):
     def plan(self, tensors: Mapping[str, Array], outputs: Sequence[str] | None = None) -> Work[TensorResult]:
         """Checked inputs → rows (one per batch entry, or the whole request), and how their outputs become the
         answer: the requested outputs (all by default), without the batch dimension if the request had none."""
-        wanted = list(outputs) if outputs else self.outputs
-        for name in wanted:
-            if name not in self.outputs:
-                raise InputError(f"unknown output '{name}'; the model's outputs are {', '.join(self.outputs)}",
-                                 param=name)
+        wanted = self.outputs
+        if outputs:
+            wanted = list(outputs)
+            for name in wanted:
+                if name not in self.outputs:
+                    raise InputError(f"unknown output '{name}'; the model's outputs are {', '.join(self.outputs)}",
+                                     param=name)
         feeds, batch = self.check(tensors)
         if self.normalize == "minmax":      # before the rows exist: the forward and the row cache see the same values
             feeds = {k: minmax_rows(v, self.max_batch_size > 0) for k, v in feeds.items()}
         timing = Timing()
-        if self.max_batch_size > 0:
-            n = next(iter(feeds.values())).shape[0] if feeds else 1
+        n = next(iter(feeds.values())).shape[0] if self.max_batch_size > 0 and feeds else 1
+        if n > 1:
             rows: list[TensorRow] = [{k: v[i:i + 1] for k, v in feeds.items()} for i in range(n)]
         else:
-            rows = [feeds]
+            rows = [feeds]              # the whole request, or its one row
 
         def finish(per_row: list[Any]) -> TensorResult:
             joined = {k: (np.concatenate([r[k] for r in per_row], axis=0) if len(per_row) > 1 else per_row[0][k])

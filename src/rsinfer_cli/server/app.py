@@ -118,14 +118,18 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
             status = response.status
             # every answer passes here before aiohttp prepares it (files included): its id and limits, set here
             # rather than by an on_response_prepare signal (a coroutine per response)
-            response.headers["x-request-id"] = rid
+            headers = response.headers
             if limit_headers is not None:
-                response.headers.update(limit_headers)
+                headers.update(limit_headers)
             cached = CACHE_STATUS.get()
             if cached is not None:
-                response.headers["x-rsinfer-cache"] = cached
+                headers["x-rsinfer-cache"] = cached
             if "model" in stats and not response.prepared:
-                response.headers.update(timing_headers(stats, time.perf_counter() - t0))
+                extra = timing_headers(stats, time.perf_counter() - t0)
+                extra["x-request-id"] = rid
+                headers.update(extra)      # one update of the multidict for all of them
+            else:
+                headers["x-request-id"] = rid
             return response
         finally:
             metrics.leave()

@@ -81,11 +81,13 @@ class TextFormatter(logging.Formatter):
         return f"{line} [{rid}]" if rid else line
 
     def info_line(self, name: str, created: float, msg: str, rid: str | None,
-                  fields: Callable[[], dict[str, Any]]) -> str:
+                  fields: Callable[[], dict[str, Any]], end: str = "") -> str:
         """What format() makes of an INFO record of `name` with this message, id and `extra` fields (the text
-        format prints none of them: `fields` is not called)."""
-        line = f"{self._stamp(created)},{int((created - int(created)) * 1000):03d} INFO {name}: {msg}"
-        return f"{line} [{rid}]" if rid else line
+        format prints none of them: `fields` is not called), followed by `end` (one string made, not three)."""
+        stamp, ms = self._stamp(created), int((created - int(created)) * 1000)
+        if rid:
+            return f"{stamp},{ms:03d} INFO {name}: {msg} [{rid}]{end}"
+        return f"{stamp},{ms:03d} INFO {name}: {msg}{end}"
 
 
 class JsonFormatter(logging.Formatter):
@@ -113,7 +115,7 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out).decode()
 
     def info_line(self, name: str, created: float, msg: str, rid: str | None,
-                  fields: Callable[[], dict[str, Any]]) -> str:
+                  fields: Callable[[], dict[str, Any]], end: str = "") -> str:
         import orjson
 
         given = fields()
@@ -125,7 +127,7 @@ class JsonFormatter(logging.Formatter):
             value = given.get(key)
             if value is not None:
                 out[key] = value
-        return orjson.dumps(out).decode()
+        return orjson.dumps(out).decode() + end
 
 
 ACCESS = logging.getLogger("rsinfer.access")
@@ -143,19 +145,25 @@ def access(msg: str, fields: Callable[[], dict[str, Any]]) -> None:
         return
     fmt = handler.formatter
     assert isinstance(fmt, (TextFormatter, JsonFormatter))
-    handler.line(fmt.info_line(ACCESS.name, time.time(), msg, REQUEST_ID.get(), fields) + handler.terminator)
+    handler.line(fmt.info_line(ACCESS.name, time.time(), msg, REQUEST_ID.get(), fields, handler.terminator))
+
+
+_FORMATTERS = (TextFormatter, JsonFormatter)
 
 
 def _direct() -> LoopStreamHandler | None:
-    """The daemon's stderr handler when an access record would reach it and nothing else (else None)."""
+    """The daemon's stderr handler when an access record would reach it and nothing else (else None). Exact types:
+    a subclass of our formatters may format differently."""
     root = logging.root
-    if ACCESS.handlers or ACCESS.filters or not ACCESS.propagate or len(root.handlers) != 1 or root.filters:
+    handlers = root.handlers
+    if ACCESS.handlers or ACCESS.filters or not ACCESS.propagate or len(handlers) != 1 or root.filters:
         return None
-    h = root.handlers[0]
-    if (type(h) is not LoopStreamHandler or h.level > logging.INFO
-            or not isinstance(h.formatter, (TextFormatter, JsonFormatter))
-            or any(type(f) is not _RequestIdFilter for f in h.filters)):
+    h = handlers[0]
+    if type(h) is not LoopStreamHandler or h.level > logging.INFO or type(h.formatter) not in _FORMATTERS:
         return None
+    for f in h.filters:
+        if type(f) is not _RequestIdFilter:
+            return None
     return h
 
 

@@ -25,11 +25,29 @@ def check_header(name: Any, datatype: Any, shape: Any, where: str) -> tuple[str,
     if datatype not in DATATYPES:
         raise InputError(f"input '{name}': unknown datatype {datatype!r} (one of {', '.join(DATATYPES)})",
                          param=name)
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                              for d in shape):
+    if type(shape) is not list or not _naturals(shape):
         raise InputError(f"input '{name}': `shape` must be a list of non-negative integers, got {shape!r}",
                          param=name)
     return name, datatype, shape
+
+
+def _naturals(values: list[Any]) -> bool:
+    """Every value a non-negative int (JSON's: a bool is not one). A loop, not all() over a generator: this runs
+    for every tensor of every request (100 vs 350 ns for a [1, 4] shape)."""
+    for d in values:  # noqa: SIM110 - see above
+        if type(d) is not int or d < 0:
+            return False
+    return True
+
+
+def _numbers(values: list[Any], integers: bool) -> bool:
+    """Every value an int (or, unless `integers`, a float) as JSON makes them: not a bool, not a string (a loop:
+    170 vs 660 ns for four floats)."""
+    for x in values:
+        t = type(x)
+        if t is not int and (integers or t is not float):
+            return False
+    return True
 
 
 def _flatten(data: Any) -> list[Any]:
@@ -60,9 +78,9 @@ def from_json(name: str, datatype: str, shape: list[int], data: Any) -> Array:
             arr = np.array(flat, dtype=bool)
         else:
             dtype = numpy_dtype(datatype)
-            if dtype.kind in "iu" and not all(isinstance(x, int) and not isinstance(x, bool) for x in flat):
+            if dtype.kind in "iu" and not _numbers(flat, True):
                 raise TypeError(f"{datatype} elements must be integers")
-            if dtype.kind == "f" and not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in flat):
+            if dtype.kind == "f" and not _numbers(flat, False):
                 raise TypeError(f"{datatype} elements must be numbers")
             arr = np.array(flat, dtype=dtype)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -89,7 +107,7 @@ def from_raw(name: str, datatype: str, shape: list[int], raw: bytes) -> Array:
         if len(items) != count:
             raise InputError(f"input '{name}' has {len(items)} elements but shape {shape} holds {count}", param=name)
         return np.array(items, dtype=object).reshape(shape)
-    dtype = numpy_dtype(datatype).newbyteorder("<")
+    dtype = _little(numpy_dtype(datatype))
     if len(raw) != count * dtype.itemsize:
         raise InputError(f"input '{name}' has {len(raw)} bytes of data but shape {shape} of {datatype} needs "
                          f"{count * dtype.itemsize}", param=name)
@@ -104,7 +122,22 @@ def to_raw(arr: Array) -> bytes:
             b = item if isinstance(item, bytes) else str(item).encode("utf-8")
             out += struct.pack("<I", len(b)) + b
         return bytes(out)
-    return np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+    little = _little(arr.dtype)
+    if arr.dtype is little:      # already little-endian (every array on a little-endian host): its C-order bytes
+        return arr.tobytes()
+    return np.ascontiguousarray(arr, dtype=little).tobytes()
+
+
+def _little(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """The little-endian form of a dtype (itself when it is one), worked out once per dtype."""
+    little = _LITTLE.get(dtype)
+    if little is None:
+        little = dtype.newbyteorder("<")
+        _LITTLE[dtype] = little = dtype if little == dtype else little   # equal: the same bytes (native '=' here)
+    return little
+
+
+_LITTLE: dict[np.dtype[Any], np.dtype[Any]] = {}
 
 
 def to_json_data(arr: Array) -> list[Any]:
