@@ -1,0 +1,144 @@
+"""The floor of KServe REST in Python on this machine: what an aiohttp server that does (next to) nothing costs per
+request, measured with the load of benchmarks/overhead.py (64 raw HTTP/1.1 keep-alive clients, `add_one`), so that
+rsinfer's number has its floor beside it from the same run.
+
+Servers, each in a process of its own on 127.0.0.1 (aiohttp on uvloop, no access log):
+- `aiohttp fixed`: reads the body and answers a prepared JSON body;
+- `aiohttp parse+run json` / `binary`: what any KServe server must do, and nothing else: the body parsed (orjson; the
+  binary extension's header split off), the real `session.run` of add_one, the answer encoded, an `x-request-id`
+  echoed or made - no validation, metrics, log line, deadline or timing headers;
+- `rsinfer json` / `binary`: `rsinfer serve` with the server's defaults (log level info: an access line a request).
+
+    .venv/bin/python benchmarks/http_floor.py          # appends a section to benchmarks/RESULTS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from _serve import Serve, append_results, free_port, spread, tree_cpu_seconds
+from batching import ROOT, SHARED, drive_raw, machine
+from overhead import CLIENTS, config, kserve_binary, kserve_json
+
+ADD = SHARED / "tensor-models" / "add_one"
+
+SERVER = textwrap.dedent('''
+    import asyncio, itertools, sys
+    import numpy as np, onnxruntime as ort, orjson, uvloop
+    from aiohttp import web
+
+    mode, port, model = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    FIXED = orjson.dumps({"model_name": "add", "model_version": "1", "outputs": [
+        {"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 4], "data": [2.0, 3.0, 4.0, 5.0]}]})
+    ids = itertools.count()
+
+    async def infer(request):
+        raw = await request.read()
+        if mode == "fixed":
+            return web.Response(body=FIXED, content_type="application/json")
+        rid = request.headers.get("x-request-id") or f"{next(ids):032x}"
+        split = request.headers.get("Inference-Header-Content-Length")
+        body = orjson.loads(raw if split is None else raw[:int(split)])
+        t = body["inputs"][0]
+        x = (np.asarray(t["data"], dtype=np.float32) if split is None
+             else np.frombuffer(raw[int(split):], dtype=np.float32)).reshape(t["shape"])
+        y = sess.run(None, {t["name"]: x})[0]
+        out = {"name": "OUTPUT0", "datatype": "FP32", "shape": list(y.shape)}
+        answer = {"model_name": request.match_info["model"], "model_version": "1", "outputs": [out]}
+        if split is None:
+            out["data"] = y.reshape(-1).tolist()
+            return web.Response(body=orjson.dumps(answer), content_type="application/json",
+                                headers={"x-request-id": rid})
+        out["parameters"] = {"binary_data_size": y.nbytes}
+        head = orjson.dumps(answer)
+        return web.Response(body=head + y.tobytes(), content_type="application/octet-stream",
+                            headers={"x-request-id": rid, "Inference-Header-Content-Length": str(len(head))})
+
+    async def main():
+        app = web.Application()
+        app.router.add_post("/v2/models/{model}/infer", infer)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        print("ready", flush=True)
+        await asyncio.Event().wait()
+
+    uvloop.run(main())
+''')
+
+
+def load(port: int, binary: bool, seconds: float, pid: int) -> tuple[float, float]:
+    """(requests/s, CPU µs per request of the process tree `pid`) under the 64-client load."""
+    host = f"127.0.0.1:{port}"
+    requests = (kserve_binary if binary else kserve_json)(host, 200_000)
+    url = f"http://{host}"
+    asyncio.run(drive_raw(url, requests[:500], 8, 2))          # warm-up
+    t0 = sum(tree_cpu_seconds(pid).values())
+    r = asyncio.run(drive_raw(url, requests, CLIENTS, seconds))
+    t1 = sum(tree_cpu_seconds(pid).values())
+    if r["errors"]:
+        raise SystemExit(f"{r['errors']} requests failed against {url}")
+    return r["rps"], 1e6 * (t1 - t0) / max(r["requests"], 1)
+
+
+def bare(mode: str, binary: bool, seconds: float) -> tuple[float, float]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, mode, str(port), str(ADD / "model.onnx")],
+                            stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        return load(port, binary, seconds, proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def rsinfer(binary: bool, seconds: float, tmp: Path) -> tuple[float, float]:
+    models, server = config(1, free_port())             # overhead.py's: the defaults (and a gRPC bind)
+    srv = Serve(models, tmp, server, name="http-floor", log_level="info")
+    try:
+        return load(int(srv.url.rsplit(":", 1)[1]), binary, seconds, srv.proc.pid)
+    finally:
+        srv.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
+    parser.add_argument("--seconds", type=float, default=10)
+    args = parser.parse_args()
+    names = ["aiohttp fixed", "aiohttp parse+run json", "aiohttp parse+run binary", "rsinfer json", "rsinfer binary"]
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        for order in (names, names[::-1]):                  # ABBA
+            for name in order:
+                binary = name.endswith("binary")
+                got[name].append(rsinfer(binary, args.seconds, Path(tmp)) if name.startswith("rsinfer") else
+                                 bare(name.split()[1], binary, args.seconds))
+                time.sleep(1)
+    lines = ["", "## The floor of KServe REST in Python (issue 25)", "",
+             f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/http_floor.py` ({CLIENTS} raw HTTP/1.1 "
+             f"keep-alive clients on 127.0.0.1, add_one, {args.seconds:.0f} s per server, each twice in ABBA order; "
+             "CPU = the server's process tree per request).",
+             "", "| server | requests/s | CPU µs per request |", "|---|---|---|"]
+    for name in names:
+        rps = [r for r, _ in got[name]]
+        cpu = [c for _, c in got[name]]
+        lines.append(f"| {name} | {spread(rps, '.0f')} | {spread(cpu, '.0f')} |")
+    lines.append("")
+    return append_results(args.out, lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
