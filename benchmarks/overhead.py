@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import struct
 import sys
@@ -25,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import orjson
 from _serve import Serve, append_results, free_port, inference_sum, spread, tree_cpu_seconds
 from batching import ROOT, SHARED, drive_raw, machine
 
@@ -89,6 +91,104 @@ async def grpc_load(target: str, max_s: float) -> dict:
     return {"requests": done, "errors": errors, "rps": done / elapsed}
 
 
+class Raw:
+    """The baseline of each workload, from the same run: the raw pipeline in-process, with no server - the request's
+    body decoded, `session.run` on one thread (the lane a request gets under load), the answer encoded - in CPU µs per
+    request (process time over a loop, the best of three); add_one one request per forward (the server runs it so),
+    the embedding in batches of the load's 64 (as the server batches it under load). A server's CPU per request ÷
+    this is the cost of serving, and stays comparable between runs on a machine whose speed drifts (this one's varies
+    by 1.5-2x within hours)."""
+
+    def __init__(self) -> None:
+        import numpy as np
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = so.inter_op_num_threads = 1
+        self.np = np
+        self.add = ort.InferenceSession(str(ADD / "model.onnx"), so, providers=["CPUExecutionProvider"])
+        graph = next(p for p in (MINI / "onnx" / "model.onnx", MINI / "model.onnx") if p.exists())
+        self.mini = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
+        self.tok = Tokenizer.from_file(str(MINI / "tokenizer.json"))
+        self.tok.no_padding()          # its tokenizer.json pads to 128; a request of one text is not padded
+        makers = {"KServe JSON add_one": kserve_json, "KServe binary add_one": kserve_binary,
+                  "one-token /v1/embeddings": embed_one_token}
+        self.bodies = {name: [r.split(b"\r\n\r\n", 1)[1] for r in make("127.0.0.1:1", 64)]
+                       for name, make in makers.items()}
+
+    def json_add(self, body: bytes) -> bytes:
+        np = self.np
+        t = orjson.loads(body)["inputs"][0]
+        y = self.add.run(None, {t["name"]: np.asarray(t["data"], np.float32).reshape(t["shape"])})[0]
+        return orjson.dumps({"model_name": "add", "model_version": "1", "outputs": [
+            {"name": "OUTPUT0", "datatype": "FP32", "shape": list(y.shape), "data": y.reshape(-1).tolist()}]})
+
+    def binary_add(self, body: bytes) -> bytes:
+        np = self.np
+        n = len(body) - 16
+        t = orjson.loads(body[:n])["inputs"][0]
+        y = self.add.run(None, {t["name"]: np.frombuffer(body[n:], np.float32).reshape(t["shape"])})[0]
+        head = orjson.dumps({"model_name": "add", "model_version": "1", "outputs": [
+            {"name": "OUTPUT0", "datatype": "FP32", "shape": list(y.shape), "parameters": {"binary_data_size": 16}}]})
+        return head + y.tobytes()
+
+    def grpc_add(self, raw: bytes) -> bytes:
+        np = self.np
+        from rsinfer_cli.server.kserve import kserve_pb2 as pb
+
+        req = pb.ModelInferRequest.FromString(raw)
+        y = self.add.run(None, {"INPUT0": np.frombuffer(req.raw_input_contents[0], np.float32).reshape(1, 4)})[0]
+        out = pb.ModelInferResponse(model_name="add", model_version="1")
+        out.outputs.add(name="OUTPUT0", datatype="FP32", shape=list(y.shape))
+        out.raw_output_contents.append(y.tobytes())
+        return out.SerializeToString()
+
+    def embed(self, bodies: list[bytes]) -> list[bytes]:
+        """Requests of one text each, as one batch: the baseline under load is the batched pipeline (every word
+        here is one token, so the batch needs no padding)."""
+        np = self.np
+        encs = self.tok.encode_batch([orjson.loads(b)["input"] for b in bodies])
+        ids = np.array([e.ids for e in encs], np.int64)
+        mask = np.array([e.attention_mask for e in encs], np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        hidden = self.mini.run(None, {i.name: feeds[i.name] for i in self.mini.get_inputs()})[0]
+        pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+        pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+        return [orjson.dumps({"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": v.tolist()}]})
+                for v in pooled]
+
+    def us(self, workload: str) -> float:
+        """CPU µs per request of the workload's raw pipeline, the best of three loops."""
+        from rsinfer_cli.server.kserve import kserve_pb2 as pb
+
+        if workload == "KServe gRPC add_one":
+            req = pb.ModelInferRequest(model_name="add")
+            req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 4])
+            req.raw_input_contents.append(self.np.array([1, 2, 3, 4], self.np.float32).tobytes())
+            fn, bodies = self.grpc_add, [req.SerializeToString()] * 64
+        elif "embeddings" in workload:          # batches of CLIENTS requests (the load's concurrency)
+            batch = self.bodies[workload][:CLIENTS]
+            best = math.inf
+            for _ in range(3):
+                t0 = time.process_time()
+                for _ in range(10):
+                    self.embed(batch)
+                best = min(best, time.process_time() - t0)
+            return 1e6 * best / (10 * len(batch))
+        else:
+            fn = {"KServe JSON add_one": self.json_add, "KServe binary add_one": self.binary_add}[workload]
+            bodies = self.bodies[workload]
+        n = 3000
+        best = math.inf
+        for _ in range(3):
+            t0 = time.process_time()
+            for i in range(n):
+                fn(bodies[i % len(bodies)])
+            best = min(best, time.process_time() - t0)
+        return 1e6 * best / n
+
+
 def config(workers: int, grpc_port: int) -> tuple[str, str]:
     models = (f"  - {{name: add, kind: tensor, path: '{ADD}'}}\n"
               f"  - {{name: mini, kind: embedding, path: '{MINI}'}}\n")
@@ -111,7 +211,8 @@ def engine_pid(tree: dict[int, float], root: int) -> int | None:
     return None
 
 
-def measure(src: Path | None, workers: int, max_s: float, tmp: Path, label: str, pin: bool) -> dict[str, dict]:
+def measure(src: Path | None, workers: int, max_s: float, tmp: Path, label: str, pin: bool,
+            raw: Raw) -> dict[str, dict]:
     grpc_port = free_port()
     models, server = config(workers, grpc_port)
     srv = Serve(models, tmp, server, name=f"overhead-{label}-{workers}", src=src, log_level="info",
@@ -123,6 +224,7 @@ def measure(src: Path | None, workers: int, max_s: float, tmp: Path, label: str,
                  "KServe binary add_one": kserve_binary(host, 200_000),
                  "KServe gRPC add_one": None, "one-token /v1/embeddings": embed_one_token(host, 200_000)}
         for name, requests in loads.items():
+            raw_us = raw.us(name)        # the baseline, just before (the server idle)
             warm = asyncio.run(drive_raw(srv.url, requests[:500], 8, 5)) if requests else None
             del warm
             tree0 = tree_cpu_seconds(srv.proc.pid)
@@ -139,7 +241,7 @@ def measure(src: Path | None, workers: int, max_s: float, tmp: Path, label: str,
             forward = 1e6 * (f1 - f0) / n
             engine = 1e6 * (tree1[eng] - tree0.get(eng, 0.0)) / n if eng else None
             out[name] = {
-                "rps": r["rps"], "errors": r["errors"],
+                "rps": r["rps"], "errors": r["errors"], "raw_us": raw_us,
                 "cpu_us": 1e6 * sum(tree1[p] - tree0.get(p, 0.0) for p in tree1) / n,
                 "engine_us": engine, "forward_us": forward,
                 # only where the forwards run on the engine's loop (tiny ones): a forward on a worker thread has a
@@ -165,11 +267,12 @@ def main() -> int:
     sides = ([("before", args.before_src)] if args.before_src else []) + [("now", None)]
     plan = [(side, src, int(w)) for w in args.workers.split(",") for side, src in sides]
     runs: dict[tuple[str, int], list[dict[str, dict]]] = {}
+    raw = Raw()
     with tempfile.TemporaryDirectory() as tmp:
         for k, order in enumerate((plan, plan[::-1])):            # ABBA
             for side, src, workers in order:
                 runs.setdefault((side, workers), []).append(measure(src, workers, args.max_seconds, Path(tmp),
-                                                                    f"{side}{k}", args.pin))
+                                                                    f"{side}{k}", args.pin, raw))
     lines = ["", "## Server CPU per small request", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/overhead.py"
              f"{' --before-src <checkout>/src' if args.before_src else ''}` ({CLIENTS} clients on 127.0.0.1, "
@@ -181,9 +284,11 @@ def main() -> int:
              "Forward = the model's forwards (`rsinfer_inference_seconds`, wall time around each `session.run` and "
              "its batch assembly) per request; with workers, the engine beside its forwards = the engine's CPU less "
              "that, for the tiny add_one only (its forwards run on the engine's event loop, so their wall time is "
-             "CPU time; the embedding's run on worker threads).", "",
-             "| workload | side | workers | requests/s | CPU µs/request | engine µs/request | forward µs/request "
-             "| engine beside forwards | errors |", "|---|---|---|---|---|---|---|---|---|"]
+             "CPU time; the embedding's run on worker threads). Raw = the baseline: the same request's raw pipeline "
+             "in-process, no server (decode, `session.run` on one thread, encode), CPU µs measured just before each "
+             "cell; × raw = the server's CPU per request over it.", "",
+             "| workload | side | workers | requests/s | CPU µs/request | raw µs | × raw | engine µs/request "
+             "| forward µs/request | engine beside forwards | errors |", "|---" * 11 + "|"]
 
     names = list(next(iter(runs.values()))[0])
     for name in names:
@@ -192,8 +297,10 @@ def main() -> int:
             eng = [r["engine_us"] for r in rows if r["engine_us"] is not None]
             fwd = [r["forward_us"] for r in rows if r["forward_us"] is not None]
             beside = [r["engine_beside_us"] for r in rows if r.get("engine_beside_us") is not None]
+            ratio = [r["cpu_us"] / r["raw_us"] for r in rows]
             lines.append(f"| {name} | {side} | {workers} | {spread([r['rps'] for r in rows], '.0f')} | "
-                         f"{spread([r['cpu_us'] for r in rows], '.0f')} | {spread(eng, '.0f') if eng else '-'} | "
+                         f"{spread([r['cpu_us'] for r in rows], '.0f')} | {spread([r['raw_us'] for r in rows], '.0f')} "
+                         f"| {spread(ratio, '.2f')} | {spread(eng, '.0f') if eng else '-'} | "
                          f"{spread(fwd, '.0f') if fwd else '-'} | {spread(beside, '.0f') if beside else '-'} | "
                          f"{sum(r['errors'] for r in rows)} |")
     lines.append("")
