@@ -127,9 +127,10 @@ class LoadedModel:
     def version(self) -> str | None:
         return self.config.version
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
-        """Unique among the loaded models: the name, with `:version` for a version of a versioned model."""
+        """Unique among the loaded models: the name, with `:version` for a version of a versioned model (worked out
+        once: every request looks its model's pipeline and queue up by it)."""
         return self.config.key
 
     @property

@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web, web_response
 from aiohttp.typedefs import Middleware
@@ -36,6 +36,7 @@ from .state import ServerState
 
 log = logging.getLogger("rsinfer.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+T = TypeVar("T")
 OPEN_ROUTES = frozenset({"/health", "/v2/health/live", "/v2/health/ready", "/openapi.json", "/docs",
                          "/docs/assets"})
 STATIC = Path(__file__).parent / "static" / "swagger-ui"   # Swagger UI 5 (Apache-2.0), served by /docs, no CDN
@@ -47,7 +48,7 @@ def route_label(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = None) -> Middleware:
+def front(config: Config, metrics: Metrics, limiter: RateLimiter | None = None, tracing: Any = None) -> Middleware:
     """The one middleware (each layer of aiohttp middleware costs a request ~10 µs of CPU, measured): metrics and
     one access-log line per request (never the body) whatever the outcome; auth (constant-time), the body cap
     before the body is read and the whole-request timeout; and the one place errors become HTTP responses (ours,
@@ -64,7 +65,6 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         t0 = time.perf_counter()
         status = 500
-        metrics = request.app[STATE].metrics
         metrics.enter()
         CACHE_STATUS.set(None)  # keep-alive requests share a task: start each one clean
         length = request.content_length
@@ -102,7 +102,14 @@ def front(config: Config, limiter: RateLimiter | None = None, tracing: Any = Non
                     raise web.HTTPRequestEntityTooLarge(max_size=max_body, actual_size=length)
                 try:
                     if sys.version_info >= (3, 11):  # a deadline on this task: a dict entry, no task or timer
-                        response = await deadlines.within(handler(request))
+                        task = deadlines.enter()
+                        try:
+                            response = await handler(request)
+                        except asyncio.CancelledError:
+                            deadlines.expired(task)      # TimeoutError when it was the deadline's cancel
+                            raise
+                        finally:
+                            deadlines.leave(task)
                     else:
                         response = await asyncio.wait_for(handler(request), timeout_s)
                 except (asyncio.TimeoutError, TimeoutError):
@@ -160,7 +167,19 @@ class Deadlines:
         self.fired: set[asyncio.Task[Any]] = set()
         self._sweeping = False
 
-    async def within(self, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+    async def within(self, work: Awaitable[T]) -> T:
+        """`work` under this deadline (the middleware does the same inline, without this coroutine's frame)."""
+        task = self.enter()
+        try:
+            return await work
+        except asyncio.CancelledError:
+            self.expired(task)
+            raise
+        finally:
+            self.leave(task)
+
+    def enter(self) -> asyncio.Task[Any]:
+        """The current task's deadline starts now."""
         task = asyncio.current_task()
         assert task is not None
         loop = task.get_loop()   # not get_running_loop(): on Python 3.11 each of those is a getpid() system call
@@ -168,17 +187,19 @@ class Deadlines:
         if not self._sweeping:
             self._sweeping = True
             loop.call_later(self.tick, self._sweep, loop)
-        try:
-            return await work
-        except asyncio.CancelledError:
-            if task in self.fired:
-                self.fired.discard(task)
-                if task.uncancel() == 0:  # type: ignore[attr-defined,unused-ignore]  # 3.11+
-                    raise TimeoutError from None
-            raise
-        finally:
-            self.due.pop(task, None)
+        return task
+
+    def expired(self, task: asyncio.Task[Any]) -> None:
+        """Called with the CancelledError `task` got: raises TimeoutError when the cancel was its deadline's (taken
+        back), returns when it came from elsewhere (the caller re-raises it)."""
+        if task in self.fired:
             self.fired.discard(task)
+            if task.uncancel() == 0:  # type: ignore[attr-defined,unused-ignore]  # 3.11+
+                raise TimeoutError from None
+
+    def leave(self, task: asyncio.Task[Any]) -> None:
+        self.due.pop(task, None)
+        self.fired.discard(task)
 
     def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         now = loop.time()
@@ -257,9 +278,9 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
         from .tracing import Tracing
 
         tracing = Tracing(config)
-    app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
-                          middlewares=[front(config, limiter, tracing)])
     metrics = metrics or Metrics()
+    app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
+                          middlewares=[front(config, metrics, limiter, tracing)])
     plan = registry.plan
     infer = ThreadPoolExecutor(max_workers=plan.infer_threads if queues is None else 1, thread_name_prefix="infer")
     prep = ThreadPoolExecutor(max_workers=plan.prep_threads, thread_name_prefix="prep")

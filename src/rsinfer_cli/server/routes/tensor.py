@@ -148,7 +148,7 @@ async def kserve_infer(request: web.Request) -> web.Response:
     body, tail = codec.parse_infer_body(await request.read(), header_length)
     tensors = codec.decode_inputs(body, tail, pipe.check_datatype)
     names, binary, binary_default = codec.requested_outputs(body)
-    result = await infer(state, m, tensors, names)
+    result: TensorResult = await state.infer(m, pipe.plan, tensors, names)
     items, chunks = codec.encode_outputs(result.outputs, binary, binary_default and names is None)
     response: dict[str, Any] = {"model_name": m.name, "model_version": m.version or "1", "outputs": items}
     if "id" in body:
