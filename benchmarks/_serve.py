@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -24,6 +25,22 @@ def spread(values: list[float], fmt: str) -> str:
     """A table cell for repeated passes: their mean, and their range in brackets when there are several."""
     mean = sum(values) / len(values)
     return f"{mean:{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]" if len(values) > 1 else f"{mean:{fmt}}"
+
+
+def abba_floor(names: list[str], run: Callable[[str], tuple[float, float]], rate: str,
+               per: str) -> list[str]:
+    """The floor benchmarks' runs and table: each server `run(name)` → (rate, CPU µs per `per`), twice in ABBA order
+    with a pause between; a row per server with the spread of its two passes."""
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
+    for order in (names, names[::-1]):
+        for name in order:
+            got[name].append(run(name))
+            time.sleep(1)
+    lines = ["", f"| server | {rate} | CPU µs per {per} |", "|---|---|---|"]
+    for name in names:
+        lines.append(f"| {name} | {spread([r for r, _ in got[name]], '.0f')} | "
+                     f"{spread([c for _, c in got[name]], '.0f')} |")
+    return lines
 
 
 def cpu_seconds(pid: int) -> float:

@@ -21,10 +21,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
-from _serve import Serve, append_results, free_port, spread, tree_cpu_seconds
+from _serve import Serve, abba_floor, append_results, free_port, tree_cpu_seconds
 from batching import ROOT, SHARED, machine
 from overhead import config, grpc_load
 
@@ -127,22 +126,16 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10)
     args = parser.parse_args()
     names = ["aio fixed", "aio meta+run", "sync meta+run", "rsinfer"]
-    got: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
     with tempfile.TemporaryDirectory() as tmp:
-        for order in (names, names[::-1]):                  # ABBA
-            for name in order:
-                got[name].append(rsinfer(args.seconds, Path(tmp)) if name == "rsinfer" else
-                                 bare(name.replace(" ", "-"), args.seconds))
-                time.sleep(1)
+        def run(name: str) -> tuple[float, float]:
+            return rsinfer(args.seconds, Path(tmp)) if name == "rsinfer" else bare(name.replace(" ", "-"), args.seconds)
+
+        table = abba_floor(names, run, "calls/s", "call")
     lines = ["", "## The floor of KServe gRPC in Python (issue 25)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/grpc_floor.py` (64 "
              "tritonclient.grpc.aio clients on 127.0.0.1, add_one, "
              f"{args.seconds:.0f} s per server, each twice in ABBA order; CPU = the server's process tree per call).",
-             "", "| server | calls/s | CPU µs per call |", "|---|---|---|"]
-    for name in names:
-        rps = [r for r, _ in got[name]]
-        cpu = [c for _, c in got[name]]
-        lines.append(f"| {name} | {spread(rps, '.0f')} | {spread(cpu, '.0f')} |")
+             *table]
     lines.append("")
     return append_results(args.out, lines)
 

@@ -21,10 +21,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
-from _serve import Serve, append_results, free_port, spread, tree_cpu_seconds
+from _serve import Serve, abba_floor, append_results, free_port, tree_cpu_seconds
 from batching import ROOT, SHARED, drive_raw, machine
 from overhead import CLIENTS, config, kserve_binary, kserve_json
 
@@ -119,23 +118,17 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10)
     args = parser.parse_args()
     names = ["aiohttp fixed", "aiohttp parse+run json", "aiohttp parse+run binary", "rsinfer json", "rsinfer binary"]
-    got: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
     with tempfile.TemporaryDirectory() as tmp:
-        for order in (names, names[::-1]):                  # ABBA
-            for name in order:
-                binary = name.endswith("binary")
-                got[name].append(rsinfer(binary, args.seconds, Path(tmp)) if name.startswith("rsinfer") else
-                                 bare(name.split()[1], binary, args.seconds))
-                time.sleep(1)
+        def run(name: str) -> tuple[float, float]:
+            binary = name.endswith("binary")
+            return (rsinfer(binary, args.seconds, Path(tmp)) if name.startswith("rsinfer") else
+                    bare(name.split()[1], binary, args.seconds))
+
+        table = abba_floor(names, run, "requests/s", "request")
     lines = ["", "## The floor of KServe REST in Python (issue 25)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/http_floor.py` ({CLIENTS} raw HTTP/1.1 "
              f"keep-alive clients on 127.0.0.1, add_one, {args.seconds:.0f} s per server, each twice in ABBA order; "
-             "CPU = the server's process tree per request).",
-             "", "| server | requests/s | CPU µs per request |", "|---|---|---|"]
-    for name in names:
-        rps = [r for r, _ in got[name]]
-        cpu = [c for _, c in got[name]]
-        lines.append(f"| {name} | {spread(rps, '.0f')} | {spread(cpu, '.0f')} |")
+             "CPU = the server's process tree per request).", *table]
     lines.append("")
     return append_results(args.out, lines)
 
