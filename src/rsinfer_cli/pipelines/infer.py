@@ -9,7 +9,6 @@ cancelled) takes its queued rows with it. Nothing here knows HTTP or gRPC; the o
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import time
 from collections.abc import Callable
@@ -22,11 +21,13 @@ from ..engine.scheduler import REQUEST_STATS, ModelQueue, Runner, as_is
 from .base import Cached, RowPipeline, Timing, Work
 
 R = TypeVar("R")
-# how the request's rows came out of the row cache (hit | partial | miss): the HTTP front's `x-rsinfer-cache` header
-CACHE_STATUS: contextvars.ContextVar[str | None] = contextvars.ContextVar("rsinfer_cache_status", default=None)
-# the request body's size, when the front knows it: a front-end process tokenizes and post-processes a request this
-# small on its event loop, where a thread hop would cost more than the work
-BODY_BYTES: contextvars.ContextVar[int | None] = contextvars.ContextVar("rsinfer_body_bytes", default=None)
+# What the core reads from and writes to the request's timing record (REQUEST_STATS, when its front keeps one) besides
+# times: the body's size, when the front knows it (a front-end process tokenizes and post-processes a request this
+# small on its event loop, where a thread hop would cost more than the work), and how its rows came out of the row
+# cache (hit | partial | miss: the HTTP front's `x-rsinfer-cache` header). Entries of the record, not context
+# variables of their own: a request sets one context variable for all of them.
+BODY_BYTES = "body_bytes"
+CACHE_STATUS = "cache"
 INLINE_BYTES = 4096
 
 
@@ -80,7 +81,7 @@ class Inference:
             return result
         plan = _stamped(plan, stats)
         if self.inline_prep:
-            body = BODY_BYTES.get()
+            body = stats.get(BODY_BYTES) if stats is not None else None
             loop = asyncio.get_running_loop()
             if body is not None and body <= INLINE_BYTES:
                 work = plan(*args, **kwargs)
@@ -120,7 +121,8 @@ class Inference:
 
         work, keys = await loop.run_in_executor(self.prep, keyed)
         split = Cached(work, await cache.aget_many(keys), keys)
-        CACHE_STATUS.set(split.status)
+        if stats is not None:
+            stats[CACHE_STATUS] = split.status
         self.observer.cache_lookup(model.name, len(work.rows) - split.misses, split.misses)
         if not split.missing:
             result: R = await loop.run_in_executor(self.prep, _finish, work, split.outputs, stats)

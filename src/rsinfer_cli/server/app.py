@@ -66,14 +66,12 @@ def front(config: Config, metrics: Metrics, limiter: RateLimiter | None = None, 
         t0 = time.perf_counter()
         status = 500
         metrics.enter()
-        CACHE_STATUS.set(None)  # keep-alive requests share a task: start each one clean
         length = request.content_length
-        BODY_BYTES.set(length)
         limit_headers: dict[str, str] | None = None
         route = route_label(request)       # the matched template: once per request
         rid = request_id(request.headers.get("x-request-id"))
         REQUEST_ID.set(rid)
-        stats: dict[str, Any] = {}
+        stats: dict[str, Any] = {BODY_BYTES: length}    # the request's timing record, new for each request
         REQUEST_STATS.set(stats)
         try:
             try:
@@ -128,7 +126,7 @@ def front(config: Config, metrics: Metrics, limiter: RateLimiter | None = None, 
             headers = response.headers
             if limit_headers is not None:
                 headers.update(limit_headers)
-            cached = CACHE_STATUS.get()
+            cached = stats.get(CACHE_STATUS)
             if cached is not None:
                 headers["x-rsinfer-cache"] = cached
             if "model" in stats and not response.prepared:
