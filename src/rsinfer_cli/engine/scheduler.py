@@ -284,7 +284,7 @@ class Scheduler:
     async def run(self, fn: Callable[[Runner], T]) -> T:
         """fn(runner) on a worker thread holding one replica: a whole request in one hop; at once, here, when the
         model's forwards are tiny and a lane is free with nobody queued before it."""
-        if self._here_now():
+        if self.now():
             return self._run_here(fn)
         job = self._admit(_Job(self._get_loop().create_future(), time.perf_counter(), direct=fn), 0)
         result: T = await self._wait(job)
@@ -318,7 +318,7 @@ class Scheduler:
             return None
         loop = self._get_loop()
         if not self.batching or n > self.capacity:
-            if self._here_now():
+            if self.now():
                 try:
                     answer = finish(self.run_now(rows, costs))
                 except Exception as exc:  # noqa: BLE001 - the request's error, handed to its caller
@@ -555,16 +555,11 @@ class Scheduler:
         self._give_back(session)
         self._answer([(job, result, None)])
 
-    def _here_now(self) -> bool:
-        """A direct request may run at once, on this (the event loop's) thread: the model is tiny, a lane is free and
-        nobody is queued before it."""
+    def now(self) -> bool:
+        """A request would run at once, here on the event loop's thread (`run_now`, `_run_here`): the model's forwards
+        are tiny, a lane is free and nobody is queued before it."""
         return not self._queue and bool(self._idle) and self._loop_thread == threading.get_ident() \
             and self._slots() > 0 and self._tiny()
-
-    def now(self) -> bool:
-        """A request would run at once, here on the event loop's thread (`run_now`): the model's forwards are tiny, a
-        lane is free and nobody is queued before it."""
-        return self._here_now()
 
     def run_now(self, rows: Sequence[Any], costs: Sequence[int]) -> list[Any]:
         """A request's rows at once, here (only when `now()` says so): one row is one forward on a lane with no job,

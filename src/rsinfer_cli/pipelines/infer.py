@@ -70,12 +70,7 @@ class Inference:
         if self.cache is not None and model.config.cache:
             return await self._cached(model, pipe, queue, _stamped(plan, stats), args, kwargs)
         if queue.now():
-            t0 = time.perf_counter()
-            try:
-                work = plan(*args, **kwargs)
-            finally:
-                if stats is not None:
-                    stats["t_tokenize"] = (t0, time.perf_counter())
+            work = _planned(plan, stats, args, kwargs)
             result: R = _finish(work, queue.run_now(work.rows, work.costs), stats)
             self._observed(model, work.timing, stats)
             return result
@@ -158,17 +153,23 @@ def _finish(work: Work[R], outputs: list[Any], stats: dict[str, Any] | None = No
             stats["postprocess_ms"] = stats.get("postprocess_ms", 0.0) + (time.perf_counter() - t0) * 1000
 
 
+def _planned(plan: Callable[..., Work[R]], stats: dict[str, Any] | None, args: Any, kwargs: Any) -> Work[R]:
+    """plan(*args, **kwargs), its perf_counter start and end in the request's timing record (for traces and the
+    tokenization header) when there is one."""
+    t0 = time.perf_counter()
+    try:
+        return plan(*args, **kwargs)
+    finally:
+        if stats is not None:
+            stats["t_tokenize"] = (t0, time.perf_counter())
+
+
 def _stamped(plan: Callable[..., Work[R]], stats: dict[str, Any] | None) -> Callable[..., Work[R]]:
-    """`plan` (tokenizing, on whichever thread) recording its perf_counter start and end for traces (when the
-    request has a timing record)."""
+    """`plan` as a function of its own arguments (for another thread) that stamps its time as `_planned` does."""
     if stats is None:
         return plan
 
     def timed(*args: Any, **kwargs: Any) -> Work[R]:
-        t0 = time.perf_counter()
-        try:
-            return plan(*args, **kwargs)
-        finally:
-            stats["t_tokenize"] = (t0, time.perf_counter())
+        return _planned(plan, stats, args, kwargs)
 
     return timed

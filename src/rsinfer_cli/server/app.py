@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from aiohttp import web, web_response
 from aiohttp.typedefs import Middleware
@@ -36,7 +36,6 @@ from .state import ServerState
 
 log = logging.getLogger("rsinfer.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-T = TypeVar("T")
 OPEN_ROUTES = frozenset({"/health", "/v2/health/live", "/v2/health/ready", "/openapi.json", "/docs",
                          "/docs/assets"})
 STATIC = Path(__file__).parent / "static" / "swagger-ui"   # Swagger UI 5 (Apache-2.0), served by /docs, no CDN
@@ -100,14 +99,7 @@ def front(config: Config, metrics: Metrics, limiter: RateLimiter | None = None, 
                     raise web.HTTPRequestEntityTooLarge(max_size=max_body, actual_size=length)
                 try:
                     if sys.version_info >= (3, 11):  # a deadline on this task: a dict entry, no task or timer
-                        task = deadlines.enter()
-                        try:
-                            response = await handler(request)
-                        except asyncio.CancelledError:
-                            deadlines.expired(task)      # TimeoutError when it was the deadline's cancel
-                            raise
-                        finally:
-                            deadlines.leave(task)
+                        response = await deadlines.within(handler(request))
                     else:
                         response = await asyncio.wait_for(handler(request), timeout_s)
                 except (asyncio.TimeoutError, TimeoutError):
@@ -165,19 +157,7 @@ class Deadlines:
         self.fired: set[asyncio.Task[Any]] = set()
         self._sweeping = False
 
-    async def within(self, work: Awaitable[T]) -> T:
-        """`work` under this deadline (the middleware does the same inline, without this coroutine's frame)."""
-        task = self.enter()
-        try:
-            return await work
-        except asyncio.CancelledError:
-            self.expired(task)
-            raise
-        finally:
-            self.leave(task)
-
-    def enter(self) -> asyncio.Task[Any]:
-        """The current task's deadline starts now."""
+    async def within(self, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
         task = asyncio.current_task()
         assert task is not None
         loop = task.get_loop()   # not get_running_loop(): on Python 3.11 each of those is a getpid() system call
@@ -185,19 +165,17 @@ class Deadlines:
         if not self._sweeping:
             self._sweeping = True
             loop.call_later(self.tick, self._sweep, loop)
-        return task
-
-    def expired(self, task: asyncio.Task[Any]) -> None:
-        """Called with the CancelledError `task` got: raises TimeoutError when the cancel was its deadline's (taken
-        back), returns when it came from elsewhere (the caller re-raises it)."""
-        if task in self.fired:
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if task in self.fired:
+                self.fired.discard(task)
+                if task.uncancel() == 0:  # type: ignore[attr-defined,unused-ignore]  # 3.11+
+                    raise TimeoutError from None
+            raise
+        finally:
+            self.due.pop(task, None)
             self.fired.discard(task)
-            if task.uncancel() == 0:  # type: ignore[attr-defined,unused-ignore]  # 3.11+
-                raise TimeoutError from None
-
-    def leave(self, task: asyncio.Task[Any]) -> None:
-        self.due.pop(task, None)
-        self.fired.discard(task)
 
     def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         now = loop.time()
