@@ -104,9 +104,11 @@ class Raw:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
+        from rsinfer_cli.server.kserve import kserve_pb2 as pb
+
         so = ort.SessionOptions()
         so.intra_op_num_threads = so.inter_op_num_threads = 1
-        self.np = np
+        self.np, self.pb = np, pb        # imported once, not in the timed loops
         self.add = ort.InferenceSession(str(ADD / "model.onnx"), so, providers=["CPUExecutionProvider"])
         graph = next(p for p in (MINI / "onnx" / "model.onnx", MINI / "model.onnx") if p.exists())
         self.mini = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
@@ -134,9 +136,7 @@ class Raw:
         return head + y.tobytes()
 
     def grpc_add(self, raw: bytes) -> bytes:
-        np = self.np
-        from rsinfer_cli.server.kserve import kserve_pb2 as pb
-
+        np, pb = self.np, self.pb
         req = pb.ModelInferRequest.FromString(raw)
         y = self.add.run(None, {"INPUT0": np.frombuffer(req.raw_input_contents[0], np.float32).reshape(1, 4)})[0]
         out = pb.ModelInferResponse(model_name="add", model_version="1")
@@ -160,8 +160,7 @@ class Raw:
 
     def us(self, workload: str) -> float:
         """CPU µs per request of the workload's raw pipeline, the best of three loops."""
-        from rsinfer_cli.server.kserve import kserve_pb2 as pb
-
+        pb = self.pb
         if workload == "KServe gRPC add_one":
             req = pb.ModelInferRequest(model_name="add")
             req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 4])
