@@ -7,6 +7,8 @@ Servers, each in a process of its own on 127.0.0.1 (aiohttp on uvloop, no access
 - `aiohttp parse+run json` / `binary`: what any KServe server must do, and nothing else: the body parsed (orjson; the
   binary extension's header split off), the real `session.run` of add_one, the answer encoded, an `x-request-id`
   echoed or made - no validation, metrics, log line, deadline or timing headers;
+- `aiohttp low-level ...`: the same handlers under aiohttp's low-level `web.Server` (no Application, router or
+  middleware chain): what leaving aiohttp's web framework for a hand-made dispatch could save;
 - `rsinfer json` / `binary`: `rsinfer serve` with the server's defaults (log level info: an access line a request).
 
     .venv/bin/python benchmarks/http_floor.py          # appends a section to benchmarks/RESULTS.md
@@ -44,7 +46,9 @@ SERVER = textwrap.dedent('''
 
     async def infer(request):
         raw = await request.read()
-        if mode == "fixed":
+        if mode.endswith("fixed"):
+            if mode == "lowfixed":
+                model_name(request)         # its dispatch, as the Application's router does it
             return web.Response(body=FIXED, content_type="application/json")
         rid = request.headers.get("x-request-id") or f"{next(ids):032x}"
         split = request.headers.get("Inference-Header-Content-Length")
@@ -54,7 +58,7 @@ SERVER = textwrap.dedent('''
              else np.frombuffer(raw[int(split):], dtype=np.float32)).reshape(t["shape"])
         y = sess.run(None, {t["name"]: x})[0]
         out = {"name": "OUTPUT0", "datatype": "FP32", "shape": list(y.shape)}
-        answer = {"model_name": request.match_info["model"], "model_version": "1", "outputs": [out]}
+        answer = {"model_name": model_name(request), "model_version": "1", "outputs": [out]}
         if split is None:
             out["data"] = y.reshape(-1).tolist()
             return web.Response(body=orjson.dumps(answer), content_type="application/json",
@@ -64,10 +68,22 @@ SERVER = textwrap.dedent('''
         return web.Response(body=head + y.tobytes(), content_type="application/octet-stream",
                             headers={"x-request-id": rid, "Inference-Header-Content-Length": str(len(head))})
 
+    def model_name(request):
+        if not mode.startswith("low"):
+            return request.match_info["model"]
+        parts = request.path.split("/")   # the low-level server's whole dispatch: /v2/models/{model}/infer
+        if len(parts) != 5 or parts[4] != "infer" or request.method != "POST":
+            raise web.HTTPNotFound()
+        return parts[3]
+
     async def main():
-        app = web.Application()
-        app.router.add_post("/v2/models/{model}/infer", infer)
-        runner = web.AppRunner(app, access_log=None)
+        if mode.startswith("low"):
+            from aiohttp import web_server
+            runner = web.ServerRunner(web_server.Server(infer), access_log=None)
+        else:
+            app = web.Application()
+            app.router.add_post("/v2/models/{model}/infer", infer)
+            runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         print("ready", flush=True)
@@ -117,12 +133,15 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     parser.add_argument("--seconds", type=float, default=10)
     args = parser.parse_args()
-    names = ["aiohttp fixed", "aiohttp parse+run json", "aiohttp parse+run binary", "rsinfer json", "rsinfer binary"]
+    names = ["aiohttp fixed", "aiohttp low-level fixed", "aiohttp parse+run json", "aiohttp low-level parse+run json",
+             "aiohttp parse+run binary", "rsinfer json", "rsinfer binary"]
+    modes = {"aiohttp fixed": "fixed", "aiohttp low-level fixed": "lowfixed", "aiohttp parse+run json": "run",
+             "aiohttp low-level parse+run json": "lowrun", "aiohttp parse+run binary": "run"}
     with tempfile.TemporaryDirectory() as tmp:
         def run(name: str) -> tuple[float, float]:
             binary = name.endswith("binary")
             return (rsinfer(binary, args.seconds, Path(tmp)) if name.startswith("rsinfer") else
-                    bare(name.split()[1], binary, args.seconds))
+                    bare(modes[name], binary, args.seconds))
 
         table = abba_floor(names, run, "requests/s", "request")
     lines = ["", "## The floor of KServe REST in Python (issue 25)", "",
