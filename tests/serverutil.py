@@ -99,9 +99,12 @@ class ServerThread:
     def _run(self) -> None:
         from aiohttp import web
 
+        from rsinfer_cli.server.dispatch import install
+
         asyncio.set_event_loop(self._loop)
         self.runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=5)
         self._loop.run_until_complete(self.runner.setup())
+        self.dispatch = install(self.runner)     # as serve_app does
         site = web.TCPSite(self.runner, "127.0.0.1", self.port)
         self._loop.run_until_complete(site.start())
         if self.grpc_url:

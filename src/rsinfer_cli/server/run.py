@@ -16,6 +16,7 @@ from ..engine.registry import Registry
 from ..engine.threads import limit_tokenizer_threads, usable_cpus
 from ..errors import ConfigError
 from .app import check_served, create_app
+from .dispatch import install
 from .routes.common import STATE
 from .systemd import Notifier
 
@@ -32,6 +33,7 @@ async def serve_app(app: web.Application, host: str, port: int, drain_s: float, 
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=drain_s,
                            handler_cancellation=True)
     await runner.setup()
+    install(runner)        # the routes' answers remembered: no router walk for a path served before
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_port=reuse_port or None)
     try:
         await site.start()
