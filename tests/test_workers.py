@@ -104,6 +104,50 @@ def test_channel_frames_survive_any_split_and_one_write_per_loop_iteration():
         assert received[1]["rows"] == [[101, 102], None]
 
 
+def test_a_batch_delivers_every_readable_message_and_drops_only_a_bad_one(caplog):
+    """One write carries an iteration's messages as one batch: a message the wire cannot carry fails alone at send()
+    (its large arrays leave the batch with it), and one the receiver cannot read is reported and skipped while the
+    others of its batch arrive, in order, with their large arrays."""
+    import msgspec
+
+    class Transport:
+        def __init__(self) -> None:
+            self.writes: list[bytes] = []
+
+        def is_closing(self) -> bool:
+            return False
+
+        def writelines(self, parts) -> None:
+            self.writes.append(b"".join(bytes(p) for p in parts))
+
+    big = np.arange(50_000, dtype=np.float32)                # a frame of its own
+    other = np.arange(40_000, dtype=np.int32)
+
+    async def main() -> bytes:
+        sender, transport = ipc.Channel(lambda c, m: None), Transport()
+        sender.connection_made(transport)
+        sender.send(ipc.Outputs(id=1, outputs=[{"y": big}]))
+        with pytest.raises(TypeError, match="cannot send"):
+            sender.send(ipc.Outputs(id=2, outputs=[{"y": other}, {"z": object()}]))   # fails after its array
+        sender._msgs.insert(1, msgspec.msgpack.encode({"op": "reboot", "id": 3}))  # a message nobody can read
+        sender.send(ipc.Outputs(id=4, outputs=[{"y": big[:3]}]))
+        await asyncio.sleep(0)
+        assert len(transport.writes) == 1
+        return transport.writes[0]
+
+    wire = asyncio.run(main())
+    count = int.from_bytes(wire[:4], "little")
+    assert count == 2                                        # the batch's messages and big's frame: not other's
+    received: list = []
+    receiver = ipc.Channel(lambda c, m: received.append(m), receives=ipc.ToFrontEnd)
+    with caplog.at_level("ERROR", logger="rsinfer.server"):
+        receiver.data_received(wire)
+    assert [m.id for m in received] == [1, 4]
+    np.testing.assert_array_equal(received[0].outputs[0]["y"], big)
+    np.testing.assert_array_equal(received[1].outputs[0]["y"], big[:3])
+    assert "unreadable message" in caplog.text and "reboot" in caplog.text
+
+
 def test_errors_cross_with_their_class_and_fields():
     for exc in (Saturated("busy", model="m"), InputError("bad", param="input[3]", model="m")):
         back = ipc.error_from_wire(ipc.error_to_wire(exc))
