@@ -70,17 +70,20 @@ def test_messages_are_tagged_structs_and_a_stray_one_is_refused():
         ipc.decode(list(ipc.encode(ipc.Outputs(id=1, outputs=[]))), ipc.ToEngine)
 
 
+class Transport:
+    """A stream transport that keeps each write (what a Channel sends, as bytes)."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def is_closing(self) -> bool:
+        return False
+
+    def writelines(self, parts) -> None:
+        self.writes.append(b"".join(bytes(p) for p in parts))
+
+
 def test_channel_frames_survive_any_split_and_one_write_per_loop_iteration():
-    class Transport:
-        def __init__(self) -> None:
-            self.writes: list[bytes] = []
-
-        def is_closing(self) -> bool:
-            return False
-
-        def writelines(self, parts) -> None:
-            self.writes.append(b"".join(bytes(p) for p in parts))
-
     received: list = []
     big = np.arange(50_000, dtype=np.float32)      # a frame of its own
 
@@ -109,16 +112,6 @@ def test_a_batch_delivers_every_readable_message_and_drops_only_a_bad_one(caplog
     (its large arrays leave the batch with it), and one the receiver cannot read is reported and skipped while the
     others of its batch arrive, in order, with their large arrays."""
     import msgspec
-
-    class Transport:
-        def __init__(self) -> None:
-            self.writes: list[bytes] = []
-
-        def is_closing(self) -> bool:
-            return False
-
-        def writelines(self, parts) -> None:
-            self.writes.append(b"".join(bytes(p) for p in parts))
 
     big = np.arange(50_000, dtype=np.float32)                # a frame of its own
     other = np.arange(40_000, dtype=np.int32)
