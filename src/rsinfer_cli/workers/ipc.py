@@ -29,7 +29,7 @@ import asyncio
 import logging
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -47,16 +47,10 @@ _meta_enc = msgspec.msgpack.Encoder()
 _meta_dec = msgspec.msgpack.Decoder()
 
 
-def encode(message: Any) -> list[Frame]:
-    """message (dicts, lists, numbers, str, bytes, None, numpy arrays and scalars) → frames (frame 0: the message)."""
-    frames: list[Frame] = [b""]
-    frames[0] = encode_into(message, frames)
-    return frames
-
-
 def encode_into(message: Any, frames: list[Frame]) -> bytes:
-    """The message's MessagePack; each array too large to travel inline is appended to `frames` and referred to by
-    its index there (the frames of the batch the message joins; index 0 is the batch's own frame)."""
+    """A message (dicts, lists, numbers, str, bytes, None, numpy arrays and scalars, Structs) → its MessagePack; each
+    array too large to travel inline is appended to `frames` and referred to by its index there (the frames of the
+    batch the message joins; index 0 is the batch's own frame)."""
 
     def hook(obj: Any) -> Any:
         if isinstance(obj, np.generic):
@@ -107,20 +101,12 @@ _DECODERS: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
 
 
 def _decoder(schema: Any) -> msgspec.msgpack.Decoder[Any]:
+    """A message's decoder as `schema` (a Struct or union of Structs; Any: plain data); the arrays it makes are
+    read-only views of the received frames (no copy)."""
     decoder = _DECODERS.get(schema)
     if decoder is None:
         decoder = _DECODERS[schema] = msgspec.msgpack.Decoder(schema, ext_hook=_ext)
     return decoder
-
-
-def decode(frames: Sequence[Frame], schema: Any = Any) -> Any:
-    """frames → the message, as `schema` (a Struct or union of Structs; Any: plain data); arrays are read-only
-    views of the received frames (no copy)."""
-    _local.frames = frames
-    try:
-        return _decoder(schema).decode(frames[0])
-    finally:
-        _local.frames = None
 
 
 _BATCH = msgspec.msgpack.Decoder(list[msgspec.Raw])   # a batch's frame 0 → its messages, each still encoded
