@@ -14,7 +14,8 @@ import pytest
 from rsinfer_cli.config import ModelConfig
 from rsinfer_cli.engine.model import load_model
 from rsinfer_cli.errors import InputError
-from rsinfer_cli.pipelines.embedding import EmbeddingPipeline, pool, pooling_from_config
+from rsinfer_cli.pipelines.embedding import EmbeddingPipeline, pool
+from rsinfer_cli.pipelines.stmodules import Pooling
 
 import synth
 
@@ -46,13 +47,21 @@ class TestPooling:
         assert pool(h, mask, "mean").tolist() == [[1, 2], [8, 9]]
         assert pool(h, np.zeros((2, 3)), "mean").tolist() == [[0, 0], [0, 0]]  # all-zero mask divides by 1
 
-    @pytest.mark.parametrize(("cfg", "mode"), [
-        ({}, "mean"), ({"pooling_mode_cls_token": True}, "cls"), ({"pooling_mode_lasttoken": True}, "last"),
-        ({"pooling_mode_mean_tokens": True}, "mean"), ({"pooling_mode_max_tokens": True}, "mean"),
-        ({"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True}, "mean"),
+    @pytest.mark.parametrize(("cfg", "modes"), [
+        ({}, ("mean",)), ({"pooling_mode_cls_token": True}, ("cls",)), ({"pooling_mode_lasttoken": True}, ("last",)),
+        ({"pooling_mode_mean_tokens": True}, ("mean",)), ({"pooling_mode_max_tokens": True}, ("max",)),
+        ({"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True}, ("mean",)),
+        # several flags: concatenated in sentence-transformers' legacy order, whatever order the file lists them in
+        ({"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True}, ("max", "mean")),
+        ({"pooling_mode": "lasttoken"}, ("last",)), ({"pooling_mode": ["mean", "cls"]}, ("mean", "cls")),
+        ({"pooling_mode": "weightedmean", "pooling_mode_cls_token": True}, ("weightedmean",)),
     ])
-    def test_from_sentence_transformers_config(self, cfg, mode):
-        assert pooling_from_config(cfg)[0] == mode
+    def test_from_sentence_transformers_config(self, cfg, modes):
+        assert Pooling.from_config(cfg, "1_Pooling/config.json").modes == modes
+
+    def test_unknown_pooling_mode_is_refused(self):
+        with pytest.raises(ValueError, match="unknown pooling mode 'median'"):
+            Pooling.from_config({"pooling_mode": "median"}, "1_Pooling/config.json")
 
     def test_pooling_in_graph_is_checked_against_the_output(self, tmp_path):
         from rsinfer_cli.config import parse_config

@@ -318,6 +318,20 @@ def _convert(tp: Any, value: Any, path: str, meta: dict[str, Any], errs: _Errors
         return _convert(args[0], value, path, meta, errs)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, path, errs)
+    if origin is dict:          # a mapping of names to values (e.g. an embedding model's `prompts`)
+        key_tp, value_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            errs.add(path, f"expected a mapping, got {_type_name(value)}")
+            return None
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, key_tp):
+                errs.add(f"{path}.{k}", f"the key must be a string, got {_type_name(k)}")
+                continue
+            conv = _convert(value_tp, v, f"{path}.{k}", meta, errs)
+            if conv is not None:
+                out[k] = conv
+        return out
     if origin is tuple:
         (inner, _) = typing.get_args(tp)
         if isinstance(value, str) or not isinstance(value, list):

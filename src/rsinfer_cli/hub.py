@@ -32,7 +32,7 @@ DTYPE_FIRST = {
     "int8": ("model_int8.onnx", "model_int8_static.onnx", "model_quantized.onnx", "model.onnx"),
 }
 AUX_FILES = ("tokenizer.json", "config.json", "tokenizer_config.json", "sentence_bert_config.json",
-             "1_Pooling/config.json", "special_tokens_map.json")
+             "1_Pooling/config.json", "special_tokens_map.json", "modules.json", "config_sentence_transformers.json")
 PROVENANCE_FILE = "rsinfer-source.json"
 
 
@@ -300,6 +300,36 @@ def _find_aux(name: str, sources: list[tuple[_Files, str | None]]) -> tuple[_Fil
     return None
 
 
+def module_files(modules_json: Path | None, modules_rel: str | None, files: frozenset[str]) -> list[tuple[str, str]]:
+    """(aux name, repo-relative file) of what a sentence-transformers `modules.json` names: each module folder's
+    `config.json` and `*.safetensors` weights (a Dense layer, a LayerNorm), named relative to modules.json's folder
+    as sentence-transformers reads them. The Transformer's own folder holds the torch model the ONNX graph replaces:
+    only its `sentence_bert_config.json` is taken. A `pytorch_model.bin` is never fetched (a torch pickle)."""
+    if modules_json is None or modules_rel is None:
+        return []
+    try:
+        modules = json.loads(modules_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []          # the family that reads modules.json says what is wrong with it
+    base = PurePosixPath(modules_rel).parent.as_posix()
+    base = "" if base == "." else base
+    out: list[tuple[str, str]] = []
+    for module in modules if isinstance(modules, list) else []:
+        path = str(module.get("path") or "").strip("/") if isinstance(module, dict) else ""
+        if not path or ".." in PurePosixPath(path).parts:
+            continue
+        transformer = str(module.get("type", "")).endswith("Transformer")
+        prefix = _join(base, path) + "/"
+        for rel in sorted(files):
+            name = rel[len(prefix):]
+            if not rel.startswith(prefix) or "/" in name:
+                continue
+            if name == "sentence_bert_config.json" if transformer else (name == "config.json"
+                                                                        or name.endswith(".safetensors")):
+                out.append((name if transformer else f"{path}/{name}", rel))
+    return out
+
+
 def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress | None = None) -> ResolvedModel:
     """Find (and fetch into the HF cache) the graph, its external data and the aux files of a model."""
     cache = cache_dir or hub_cache_dir()
@@ -345,6 +375,11 @@ def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress
         src, rel = hit
         aux[name] = src.fetch(_safe_rel(rel))
         aux_origin[name] = f"{src.label}:{rel}"
+    modules = _find_aux("modules.json", [(main, spec.subfolder)])
+    for name, rel in module_files(aux.get("modules.json"), modules[1] if modules else None, main.files):
+        if name not in aux:
+            aux[name] = main.fetch(_safe_rel(rel))
+            aux_origin[name] = f"{main.label}:{rel}"
     if "tokenizer.json" not in aux and spec.needs_tokenizer:
         extra = f" nor in '{spec.tokenizer_hf}'" if spec.tokenizer_hf else ""
         raise HubError(f"tokenizer.json not found in {main.label} (root, "

@@ -67,6 +67,8 @@ def _type(tp: Any) -> str:
         if len(args) == 2 and args[1] is Ellipsis:
             return f"list of {_type(args[0])}"
         return "list"
+    if origin is dict:
+        return f"mapping of {_type(args[0])} to {_type(args[1])}"
     if dataclasses.is_dataclass(tp):
         return "mapping"
     if tp is Any:

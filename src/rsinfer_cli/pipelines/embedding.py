@@ -1,10 +1,12 @@
-"""Embedding: forward → (pooling) → model `dimensions` → L2 normalise → request `dimensions`."""
+"""Embedding: forward → pooling → the module pipeline's Dense / LayerNorm → model `dimensions` → L2 normalise →
+request `dimensions`, with the model's prompts - a sentence-transformers folder computed as sentence-transformers
+computes it (pipelines/stmodules.py), any other graph with rsinfer's defaults (masked mean, unit length)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -12,44 +14,35 @@ import numpy as np
 from ..config import ServerConfig, opt
 from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
-from .base import Array, Timed, Timing, Work, last_token_index, stack
+from .base import Array, Timed, Timing, Work, stack
+from .stmodules import (
+    IMPLICIT_PROMPTS,
+    POOLING_MODES,
+    Pooling,
+    Step,
+    StFolder,
+    l2_normalize,
+    pool_modes,
+    prompt_length,
+    read_folder,
+)
 from .text import Encoded, TextPipeline
 
 OUTPUT_ORDER = ("sentence_embedding", "_pooler_output", "pooler_output", "last_hidden_state",
                 "token_embeddings", "output0")
-
-
-def pooling_from_config(pooling_cfg: dict[str, Any]) -> tuple[str, str]:
-    """(mode, why) from sentence-transformers' 1_Pooling/config.json."""
-    if not pooling_cfg:
-        return "mean", "no 1_Pooling/config.json: masked mean"
-    if pooling_cfg.get("pooling_mode_cls_token"):
-        return "cls", "1_Pooling/config.json pooling_mode_cls_token"
-    if pooling_cfg.get("pooling_mode_lasttoken"):
-        return "last", "1_Pooling/config.json pooling_mode_lasttoken"
-    for flag in ("pooling_mode_mean_tokens", "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_max_tokens"):
-        if pooling_cfg.get(flag):
-            return "mean", f"1_Pooling/config.json {flag}" + ("" if flag.endswith("mean_tokens") else
-                                                               " (approximated by mean)")
-    return "mean", "1_Pooling/config.json sets no mode: masked mean"
+# a sentence-transformers folder pools the Transformer's token vectors itself: BERT's pooler is not its embedding
+ST_OUTPUT_ORDER = ("sentence_embedding", "last_hidden_state", "token_embeddings", "output0")
+TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
+COHERE_INPUT_TYPES = ("search_query", "search_document", "classification", "clustering")
+# the prompt a Cohere `input_type` picks, first defined first: sentence-transformers' encode_query / encode_document
+# (query; document, passage, corpus), and a prompt named after the type itself
+INPUT_TYPE_PROMPTS = {"search_query": ("query",), "search_document": ("document", "passage", "corpus"),
+                      "classification": ("classification",), "clustering": ("clustering",)}
 
 
 def pool(hidden: Array, mask: Array, mode: str) -> Array:
-    """[B,T,D] → [B,D] by cls, masked mean, or each row's last real token (right padding)."""
-    if mode == "cls":
-        out: Array = hidden[:, 0]
-    elif mode == "last":
-        out = hidden[np.arange(hidden.shape[0]), last_token_index(mask)]
-    else:
-        m = mask[:, :, None].astype(hidden.dtype)
-        out = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
-    return out
-
-
-def l2_normalize(v: Array) -> Array:
-    norms = np.linalg.norm(v, axis=1, keepdims=True)
-    out: Array = v / np.where(norms == 0, 1.0, norms)
-    return out
+    """[B,T,D] → [B,D] by one of sentence-transformers' pooling modes (cls, mean, max, last, ...)."""
+    return pool_modes(hidden, mask, (mode,))
 
 
 @dataclass
@@ -62,15 +55,33 @@ class EmbedResult(Timed):
 class EmbeddingOptions:
     """The embedding family's model keys."""
 
-    # auto: from 1_Pooling/config.json (else mean); cls, mean or last token
-    pooling: str = opt("auto", choices=("auto", "cls", "mean", "last"))
-    # unit-length vectors (a request's `normalize` overrides)
-    normalize: bool = True
+    # auto: from the folder (modules.json's Pooling, else 1_Pooling/config.json, else mean); or one of
+    # sentence-transformers' modes (last = lasttoken)
+    pooling: str = opt("auto", choices=("auto", *POOLING_MODES))
+    # unit-length vectors (a request's `normalize` overrides); null: as the folder says - a sentence-transformers
+    # folder normalises when its modules.json ends in Normalize, any other folder does
+    normalize: bool | None = None
     # keep the first N dimensions (Matryoshka), then normalize; a request's `dimensions` overrides
     dimensions: int | None = opt(None, gt=0)
+    # the sizes a request's `dimensions` may ask for (besides the full width); others are refused with the list
+    matryoshka_dimensions: tuple[int, ...] = opt((), gt=0)
     # whether the graph pools is seen from its output ([B, D] is pooled); when given, it is checked against that and
     # a model whose output says otherwise fails to load
     pooling_in_graph: bool | None = None
+    # whether a pooled graph output already went through the folder's Dense / LayerNorm modules; null: decided from
+    # the output's width (and, where widths cannot tell, by comparing the graph's token and pooled outputs at load)
+    dense_in_graph: bool | None = None
+    # prompts by name (`query: "query: "`), over those of config_sentence_transformers.json
+    prompts: dict[str, str] | None = field(default=None, hash=False)
+    # the prompt applied when a request names none (over the folder's default_prompt_name; "" for none)
+    default_prompt_name: str | None = None
+    # Cohere embed's `input_type` → a prompt name (default: search_query → query, search_document → document or
+    # passage or corpus, classification and clustering → a prompt of that name)
+    input_type_prompts: dict[str, str] | None = field(default=None, hash=False)
+
+    def check(self) -> list[tuple[str, str]]:
+        return [(f"input_type_prompts.{key}", f"not a Cohere input_type (one of {', '.join(COHERE_INPUT_TYPES)})")
+                for key in (self.input_type_prompts or {}) if key not in COHERE_INPUT_TYPES]
 
 
 class EmbeddingPipeline(TextPipeline):
@@ -80,14 +91,17 @@ class EmbeddingPipeline(TextPipeline):
         super().__init__(model, server)
         cfg = model.config
         opts: EmbeddingOptions = cfg.options
+        self.st: StFolder | None = read_folder(model)
+        st_pooling = self.st.pooling if self.st is not None else None
         names = [o.name for o in model.graph.outputs]
-        self.output = next((n for n in OUTPUT_ORDER if n in names), names[0])
+        order = ST_OUTPUT_ORDER if st_pooling is not None else OUTPUT_ORDER
+        self.output = next((n for n in order if n in names), names[0])
         info = model.graph.output(self.output)
         assert info is not None
-        self.pooled_in_graph = len(info.shape) == 2
         if len(info.shape) not in (2, 3):
             raise ModelLoadError(f"model '{cfg.name}': embedding output '{self.output}' has shape "
                                  f"{list(info.shape)}; expected [batch, dim] or [batch, seq, dim]", model=cfg.name)
+        self.pooled_in_graph = len(info.shape) == 2
         if opts.pooling_in_graph is not None and opts.pooling_in_graph != self.pooled_in_graph:
             raise ModelLoadError(
                 f"model '{cfg.name}': pooling_in_graph is {str(opts.pooling_in_graph).lower()} but the graph's output "
@@ -95,29 +109,217 @@ class EmbeddingPipeline(TextPipeline):
                 f"{'[batch, dim]: already pooled' if self.pooled_in_graph else '[batch, seq, dim]: not pooled'}; "
                 "remove the key (rsinfer sees from the output whether the graph pools) or fix the model",
                 model=cfg.name)
-        if opts.pooling != "auto":
-            self.pooling, self.pooling_reason = opts.pooling, "pooling in config"
-        else:
-            self.pooling, self.pooling_reason = pooling_from_config(model.aux.get("1_Pooling/config.json", {}))
+        self.pooler: Pooling = self._pooling(opts, st_pooling)
+        self.pooling = self.pooler.name
+        self.pooling_reason = self.pooler.source
         if self.pooled_in_graph:
             self.pooling_reason = f"output '{self.output}' is already pooled"
-        d = info.shape[-1]
-        self.native_dim = d if isinstance(d, int) else None
-        self.dim: int | None = min(opts.dimensions, d) if opts.dimensions and isinstance(d, int) else (
-            opts.dimensions or self.native_dim)
-        self.normalize = opts.normalize
+        width = info.shape[-1] if isinstance(info.shape[-1], int) else None
+        self.steps, self.modules_reason = self._steps(opts, width)
+        self.native_dim = self._check_widths(width)
+        trailing = 0
+        while trailing < len(self.steps) and self.steps[-1 - trailing].kind == "Normalize":
+            trailing += 1        # a final Normalize is the default of `normalize` (a request may turn it off)
+        if trailing:
+            self.steps = self.steps[:-trailing]
+        # a sentence-transformers pipeline normalises when it ends in Normalize; any other folder does by default
+        folder_normalizes = self.st.ends_normalized if self.st is not None and self.st.modules else True
+        self.normalize = opts.normalize if opts.normalize is not None else folder_normalizes
+        served = opts.dimensions or (self.st.truncate_dim if self.st is not None else None)
+        self.dim: int | None = min(served, self.native_dim) if served and self.native_dim else (
+            served or self.native_dim)
+        self.matryoshka = tuple(sorted(set(opts.matryoshka_dimensions)))
+        too_wide = [d for d in self.matryoshka if self.dim and d > self.dim]
+        if too_wide:
+            raise ModelLoadError(f"model '{cfg.name}': matryoshka_dimensions {too_wide[0]} is wider than the model's "
+                                 f"{self.dim}-dimensional output", model=cfg.name)
+        self.prompts, self.default_prompt_name = self._prompts(opts)
+        self.input_type_prompts = dict(opts.input_type_prompts or {})
+        for input_type, name in self.input_type_prompts.items():
+            self._known_prompt(name, f"input_type_prompts.{input_type}")
+        self._prompt_lengths: dict[str, int] = {}
         self.vocab_size: int = self.encoder.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    # ------------------------------------------------------------ what the folder says, checked at load
+
+    def _pooling(self, opts: EmbeddingOptions, st_pooling: Pooling | None) -> Pooling:
+        if opts.pooling != "auto":
+            base = st_pooling or Pooling()
+            return Pooling((opts.pooling,), base.dimension, base.include_prompt, "pooling in config")
+        if st_pooling is not None:
+            return st_pooling
+        legacy = self.model.aux.get("1_Pooling/config.json", {})
+        if not legacy:
+            return Pooling()
+        try:
+            return Pooling.from_config(legacy, "1_Pooling/config.json")
+        except ValueError as exc:
+            raise ModelLoadError(f"model '{self.model.name}': {exc}", model=self.model.name) from exc
+
+    def _steps(self, opts: EmbeddingOptions, width: int | None) -> tuple[list[Step], str]:
+        """The modules after pooling that rsinfer runs, and why: all of them on token vectors; on a pooled output,
+        none with weights when the graph already holds them (its width says, or a trial forward)."""
+        steps = list(self.st.steps) if self.st is not None else []
+        weighted = [s for s in steps if s.weights]
+        if not weighted:
+            return steps, "no Dense or LayerNorm modules"
+        if not self.pooled_in_graph:
+            if opts.dense_in_graph:
+                raise ModelLoadError(f"model '{self.model.name}': dense_in_graph is true but the graph's output "
+                                     f"'{self.output}' is token vectors, before pooling", model=self.model.name)
+            return steps, f"the graph gives token vectors ('{self.output}'): pooling and modules run in rsinfer"
+        after_pool = self.pooler.width
+        final = after_pool
+        for s in steps:
+            final = s.width or final
+        by_width = None if width is None or after_pool is None or final is None or after_pool == final else (
+            True if width == final else False if width == after_pool else None)
+        name = self.model.name
+        if width is not None and after_pool is not None and width not in (after_pool, final):
+            raise ModelLoadError(f"model '{name}': the graph's pooled output '{self.output}' is {width} wide; the "
+                                 f"folder's pooling gives {after_pool} and its modules {final}", model=name)
+        if opts.dense_in_graph is not None:
+            if by_width is not None and by_width != opts.dense_in_graph:
+                raise ModelLoadError(f"model '{name}': dense_in_graph is {str(opts.dense_in_graph).lower()} but the "
+                                     f"graph's '{self.output}' is {width} wide, the width "
+                                     f"{'after' if by_width else 'before'} the Dense modules", model=name)
+            baked, why = opts.dense_in_graph, "dense_in_graph in config"
+        elif by_width is not None:
+            baked, why = by_width, f"the graph's '{self.output}' is {width} wide, the width " \
+                                   f"{'after' if by_width else 'before'} the modules"
+        else:
+            baked, why = self._compare_outputs(steps), "a trial forward compared the graph's outputs"
+        if not baked:
+            return steps, f"{why}: the modules run in rsinfer"
+        last = max(i for i, s in enumerate(steps) if s.weights)
+        return steps[last + 1:], f"{why}: the graph holds them, rsinfer does not run them again"
+
+    def _compare_outputs(self, steps: list[Step]) -> bool:
+        """Whether the graph's pooled output is its token vectors pooled and run through the modules (True) or only
+        pooled (False), from one forward on a sample text; remembered with the model (front ends hold no
+        session)."""
+        name = self.model.name
+        known = self.model.stats.get("dense_in_graph")
+        if isinstance(known, bool):
+            return known
+        token = next((n for n in TOKEN_OUTPUTS if n in self.model.output_names), None)
+        if token is None or not self.model.sessions:
+            raise ModelLoadError(f"model '{name}': its pooled output '{self.output}' is as wide before the Dense "
+                                 "modules as after them, and the graph has no token output to tell them apart; "
+                                 "set dense_in_graph: true or false", model=name)
+        enc = self.encoder.encode(["rsinfer compares the outputs of this graph"])
+        feeds = self.feeds.build(enc.ids, enc.type_ids, self.encoder.pad_id)
+        out = self.model.run(self.model.sessions[0], feeds, [self.output, token])
+        mask = np.ones(feeds["input_ids"].shape, dtype=np.int64)
+        pooled = pool_modes(np.asarray(out[token], dtype=np.float32), mask, self.pooler.modes)
+        through = pooled
+        for s in steps:
+            through = s.apply(through)
+        graph = l2_normalize(np.asarray(out[self.output], dtype=np.float32))
+        if np.abs(l2_normalize(through) - graph).max() < 1e-3:
+            baked = True
+        elif np.abs(l2_normalize(pooled) - graph).max() < 1e-3:
+            baked = False
+        else:
+            raise ModelLoadError(f"model '{name}': its pooled output '{self.output}' is neither its token vectors "
+                                 "pooled nor those through the folder's modules; set dense_in_graph", model=name)
+        self.model.stats["dense_in_graph"] = baked
+        return baked
+
+    def _check_widths(self, width: int | None) -> int | None:
+        """The vectors' width after the modules rsinfer runs, each module checked against the width it gets."""
+        name = self.model.name
+        if width is None:
+            return None
+        if not self.pooled_in_graph:
+            dim = self.pooler.dimension
+            if dim is not None and dim != width:
+                raise ModelLoadError(f"model '{name}': the folder's Pooling is for {dim}-wide token vectors; the "
+                                     f"graph's '{self.output}' gives {width}", model=name)
+            width *= len(self.pooler.modes)
+        for s in self.steps:
+            if s.takes is not None and s.takes != width:
+                raise ModelLoadError(f"model '{name}': {s.label} takes {s.takes}-wide vectors; it gets {width}",
+                                     model=name)
+            width = s.width or width
+        return width
+
+    def _prompts(self, opts: EmbeddingOptions) -> tuple[dict[str, str], str | None]:
+        prompts = {**(self.st.prompts if self.st is not None else {}), **(opts.prompts or {})}
+        default = opts.default_prompt_name
+        where = "default_prompt_name"
+        if default is None and self.st is not None:
+            default, where = self.st.default_prompt_name, "config_sentence_transformers.json default_prompt_name"
+        self.prompts = prompts
+        if default:
+            self._known_prompt(default, where)
+        return prompts, default or None
+
+    def _known_prompt(self, name: str, where: str) -> None:
+        if name not in self.prompts and name not in IMPLICIT_PROMPTS:
+            raise ModelLoadError(f"model '{self.model.name}': {where} '{name}' is not one of its prompts "
+                                 f"({', '.join(self.prompt_names)})", model=self.model.name)
+
+    @property
+    def prompt_names(self) -> list[str]:
+        """Every name a request may give: the model's prompts and sentence-transformers' query and document."""
+        return sorted({*self.prompts, *IMPLICIT_PROMPTS})
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "embedding", "output": self.output,
                 "pooling": None if self.pooled_in_graph else self.pooling, "pooling_reason": self.pooling_reason,
-                "dimensions": self.dim, "normalize": self.normalize}
+                **({"modules": list(self.st.modules), "modules_run": [s.label for s in self.steps],
+                    "modules_reason": self.modules_reason} if self.st is not None and self.st.modules else {}),
+                "dimensions": self.dim, "normalize": self.normalize,
+                **({"matryoshka_dimensions": list(self.matryoshka)} if self.matryoshka else {}),
+                "prompts": self.prompts, "default_prompt_name": self.default_prompt_name,
+                **({"input_type_prompts": self.input_type_prompts} if self.input_type_prompts else {})}
+
+    # ------------------------------------------------------------ prompts
+
+    def prompt_text(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+        """The text put before each input: `prompt` as given, the prompt `prompt_name` names, else the default
+        prompt (sentence-transformers' rules; query and document exist for every model, empty unless defined)."""
+        if prompt is not None and prompt_name is not None:
+            raise InputError("give `prompt` or `prompt_name`, not both", param="prompt_name")
+        if prompt is not None:
+            return prompt
+        name = prompt_name if prompt_name is not None else self.default_prompt_name
+        if name is None:
+            return ""
+        if name not in self.prompts and name not in IMPLICIT_PROMPTS:
+            raise InputError(f"unknown prompt_name '{name}' for model '{self.model.name}'; its prompts: "
+                             f"{', '.join(self.prompt_names)}", param="prompt_name")
+        return self.prompts.get(name, "")
+
+    def prompt_for_input_type(self, input_type: str | None) -> str | None:
+        """The prompt name a Cohere `input_type` picks (None: the model's default prompt)."""
+        if input_type is None:
+            return None
+        mapped = self.input_type_prompts.get(input_type)
+        if mapped is not None:
+            return mapped
+        found = next((n for n in INPUT_TYPE_PROMPTS.get(input_type, ()) if n in self.prompts), None)
+        if found is not None:
+            return found
+        # sentence-transformers' encode_query / encode_document: the (empty) query or document prompt
+        return {"search_query": "query", "search_document": "document"}.get(input_type)
+
+    def _skip(self, prefix: str) -> int:
+        """Tokens at the start of each row that pooling leaves out (`include_prompt: false`)."""
+        if not prefix or self.pooler.include_prompt:
+            return 0
+        n = self._prompt_lengths.get(prefix)
+        if n is None:
+            n = self._prompt_lengths[prefix] = prompt_length(self.encoder.tokenizer, prefix)
+        return n
 
     # ------------------------------------------------------------ rows
 
     def encode(self, texts: Sequence[str], truncate: bool | None = None, direction: str = "right",
-               param: str = "input") -> Encoded:
-        return self.encoder.encode(texts, truncate=truncate, direction=direction, param=param)
+               param: str = "input", keep: int = 0) -> Encoded:
+        """`keep`: leading tokens (the prompt) that left truncation keeps."""
+        return self.encoder.encode(texts, truncate=truncate, direction=direction, param=param, keep=keep)
 
     def encode_ids(self, rows: Sequence[Sequence[int]], truncate: bool | None = None,
                    param: str = "input") -> Encoded:
@@ -141,42 +343,80 @@ class EmbeddingPipeline(TextPipeline):
             out.append(list(row))
         return Encoded(ids=out, type_ids=[[0] * len(r) for r in out], truncated=cut)
 
+    def pool_mask(self, rows: Sequence[Any], lengths: Array, width: int) -> Array:
+        """The real tokens, less each row's prompt where pooling leaves the prompt out."""
+        mask = super().pool_mask(rows, lengths, width)
+        for j, row in enumerate(rows):
+            if len(row) > 2:
+                mask[j, : row[2]] = 0
+        return mask
+
+    def row_bytes(self, row: Any) -> bytes:
+        base = super().row_bytes(row)
+        return base + b"\xffskip" + int(row[2]).to_bytes(4, "little") if len(row) > 2 else base
+
     def reduce(self, out: Array, mask: Array) -> Array:
-        """One forward's output → pooled [n, D] float32 (before normalisation)."""
-        out = np.asarray(out, dtype=np.float32)
-        return out if self.pooled_in_graph else pool(out, mask, self.pooling)
+        """One forward's output → [n, D] float32 after pooling and the modules rsinfer runs (before the final
+        normalisation)."""
+        vectors = np.asarray(out, dtype=np.float32)
+        if not self.pooled_in_graph:
+            vectors = pool_modes(vectors, mask, self.pooler.modes)
+        for step in self.steps:
+            vectors = step.apply(vectors)
+        return vectors
 
     def check_dimensions(self, dimensions: int | None) -> None:
-        """A request's `dimensions` must be 1..the model's output size (checked before any work)."""
-        if dimensions is not None and not 0 < dimensions <= (self.dim or 1 << 30):
+        """A request's `dimensions` must be 1..the model's output size, and one of its Matryoshka sizes when it has
+        them (checked before any work)."""
+        if dimensions is None:
+            return
+        if not 0 < dimensions <= (self.dim or 1 << 30):
             raise InputError(f"`dimensions` must be between 1 and {self.dim} for model '{self.model.name}', "
                              f"got {dimensions}", param="dimensions")
+        allowed = sorted({*self.matryoshka, *([self.dim] if self.dim else [])})
+        if self.matryoshka and dimensions not in allowed:
+            raise InputError(f"`dimensions` {dimensions} is not a size model '{self.model.name}' was trained for; "
+                             f"its sizes: {', '.join(map(str, allowed))}", param="dimensions")
 
     def postprocess(self, vectors: Array, dimensions: int | None = None, normalize: bool | None = None) -> Array:
-        """Model `dimensions` → L2 normalise (model setting unless the request says) → request `dimensions`."""
-        cfg_dim = self.model.config.options.dimensions
-        if cfg_dim and cfg_dim < vectors.shape[1]:
-            vectors = vectors[:, :cfg_dim]
-        if self.normalize if normalize is None else normalize:
+        """The served width (model `dimensions`, or the folder's truncate_dim) → L2 normalise (model setting unless
+        the request says) → request `dimensions`, normalised again when normalising."""
+        if self.dim and self.dim < vectors.shape[1]:
+            vectors = vectors[:, : self.dim]
+        unit = self.normalize if normalize is None else normalize
+        if unit:
             vectors = l2_normalize(vectors)
         if dimensions is not None:
             if dimensions <= 0 or dimensions > vectors.shape[1]:
                 raise InputError(f"`dimensions` must be between 1 and {vectors.shape[1]} for model "
                                  f"'{self.model.name}', got {dimensions}", param="dimensions")
             if dimensions < vectors.shape[1]:
-                vectors = l2_normalize(vectors[:, :dimensions])
+                vectors = vectors[:, :dimensions]
+                if unit:
+                    vectors = l2_normalize(vectors)
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def plan(self, texts: Sequence[str] | None = None, ids: Sequence[Sequence[int]] | None = None, *,
              dimensions: int | None = None, normalize: bool | None = None, truncate: bool | None = None,
-             direction: str = "right", param: str = "input") -> Work[EmbedResult]:
-        """Texts (or token-id rows) → rows, and how pooled rows become vectors in input order."""
+             direction: str = "right", param: str = "input", prompt_name: str | None = None,
+             prompt: str | None = None) -> Work[EmbedResult]:
+        """Texts (or token-id rows) → rows, and how pooled rows become vectors in input order. Texts get the prompt
+        (`prompt`, the one `prompt_name` names, else the model's default); token ids are embedded as given."""
         self.check_dimensions(dimensions)
         timing = Timing()
         t0 = time.perf_counter()
+        skip = 0
         if texts is not None:
-            enc = self.encode(texts, truncate=truncate, direction=direction, param=param)
+            prefix = self.prompt_text(prompt_name, prompt)
+            if prefix:
+                texts = [prefix + t for t in texts]
+            skip = self._skip(prefix)
+            keep = prompt_length(self.encoder.tokenizer, prefix) if prefix and direction == "left" else 0
+            enc = self.encode(texts, truncate=truncate, direction=direction, param=param, keep=keep)
         else:
+            if prompt_name is not None or prompt is not None:
+                raise InputError("a prompt applies to texts; token ids are embedded as given",
+                                 param="prompt_name" if prompt is None else "prompt")
             enc = self.encode_ids(ids or [], truncate=truncate, param=param)
         timing.tokenize_s = time.perf_counter() - t0
         width = self.native_dim or 0
@@ -185,14 +425,23 @@ class EmbeddingPipeline(TextPipeline):
             return EmbedResult(self.postprocess(stack(pooled, width).astype(np.float32), dimensions, normalize),
                                timing)
 
-        return self.work(enc, finish, timing)
+        work = self.work(enc, finish, timing)
+        if skip:
+            for i, row in enumerate(enc.ids):
+                if len(row) <= skip:
+                    raise InputError(f"{param}[{i}]: the prompt takes {skip} of its {len(row)} tokens (max_len "
+                                     f"{self.model.max_len}) and the model pools without it: nothing is left to "
+                                     "embed", param=f"{param}[{i}]")
+            work.rows = [(r[0], r[1], skip) for r in work.rows]
+        return work
 
     def embed(self, texts: Sequence[str] | None = None, ids: Sequence[Sequence[int]] | None = None, *,
               dimensions: int | None = None, normalize: bool | None = None, truncate: bool | None = None,
-              direction: str = "right", param: str = "input") -> EmbedResult:
+              direction: str = "right", param: str = "input", prompt_name: str | None = None,
+              prompt: str | None = None) -> EmbedResult:
         """Texts (or token-id rows) → vectors in input order, with usage and timing."""
         return self.run(self.plan(texts, ids, dimensions=dimensions, normalize=normalize, truncate=truncate,
-                                  direction=direction, param=param))
+                                  direction=direction, param=param, prompt_name=prompt_name, prompt=prompt))
 
 
 EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary", "base64")

@@ -47,8 +47,9 @@ class Encoded:
 class TextEncoder:
     """A `tokenizer.json` with its presets cleared and rsinfer's own `max_len` applied."""
 
-    def __init__(self, path: Path, max_len: int | None, *, truncate: bool = True, model: str = "") -> None:
-        from tokenizers import Tokenizer
+    def __init__(self, path: Path, max_len: int | None, *, truncate: bool = True, model: str = "",
+                 lowercase: bool = False) -> None:
+        from tokenizers import Tokenizer, normalizers
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # ORT owns the cores
         try:
@@ -57,6 +58,14 @@ class TextEncoder:
             raise ModelLoadError(f"cannot read tokenizer {path}: {exc}", model=model or None) from exc
         self._base.no_padding()
         self._base.no_truncation()
+        if lowercase:   # sentence_bert_config.json `do_lower_case`: a Lowercase first, as sentence-transformers adds it
+            current = self._base.normalizer
+            has = isinstance(current, normalizers.Lowercase) or (
+                isinstance(current, normalizers.Sequence) and any(isinstance(n, normalizers.Lowercase)
+                                                                  for n in current))  # type: ignore[attr-defined]
+            if not has:
+                self._base.normalizer = normalizers.Sequence(
+                    [normalizers.Lowercase(), *([current] if current is not None else [])])
         self.max_len = max_len
         self.truncate = truncate
         self.model = model
@@ -85,8 +94,13 @@ class TextEncoder:
 
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *,
                strategy: str = "longest_first", direction: str = "right", truncate: bool | None = None,
-               add_special_tokens: bool = True, offsets: bool = False, param: str = "input") -> Encoded:
-        """Encode texts (or text pairs); over-length rows are cut at max_len, or refused when truncate is off."""
+               add_special_tokens: bool = True, offsets: bool = False, param: str = "input",
+               keep: int = 0) -> Encoded:
+        """Encode texts (or text pairs); over-length rows are cut at max_len, or refused when truncate is off.
+        `keep`: with left truncation of single texts, the first `keep` tokens (a prompt) stay and the text after
+        them is cut."""
+        if keep and direction == "left" and pairs is None and self.max_len:
+            return self._encode_keeping(texts, keep, truncate, add_special_tokens, param)
         tok = self._variant(strategy, direction)
         batch = list(zip(texts, pairs, strict=True)) if pairs is not None else list(texts)
         try:
@@ -104,6 +118,32 @@ class TextEncoder:
                              model=self.model or None)
         return Encoded(ids=[e.ids for e in encs], type_ids=[e.type_ids for e in encs], truncated=len(cut),
                        offsets=[e.offsets for e in encs] if offsets else None)
+
+
+    def _encode_keeping(self, texts: Sequence[str], keep: int, truncate: bool | None, add_special_tokens: bool,
+                        param: str) -> Encoded:
+        max_len = int(self.max_len or 0)
+        if keep >= max_len:
+            raise InputError(f"the prompt alone has {keep} tokens and max_len is {max_len}: no text fits after it",
+                             param=param, model=self.model or None)
+        try:
+            encs = self._base.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        except Exception as exc:  # noqa: BLE001 - the tokenizer raises untyped errors
+            raise TokenizeError(f"the tokenizer rejected the input: {exc}", param=param,
+                                model=self.model or None) from exc
+        ids, types, cut = [], [], 0
+        for i, e in enumerate(encs):
+            row, row_types = list(e.ids), list(e.type_ids)
+            if len(row) > max_len:
+                if not (self.truncate if truncate is None else truncate):
+                    raise InputError(f"{param}[{i}] has {len(row)} tokens but max_len is {self.max_len}; shorten "
+                                     "it or allow truncation (truncate: true)", param=f"{param}[{i}]",
+                                     model=self.model or None)
+                tail = len(row) - (max_len - keep)
+                row, row_types, cut = row[:keep] + row[tail:], row_types[:keep] + row_types[tail:], cut + 1
+            ids.append(row)
+            types.append(row_types)
+        return Encoded(ids=ids, type_ids=types, truncated=cut)
 
 
 class FeedBuilder:
@@ -175,11 +215,18 @@ class TextPipeline(RowPipeline):
         if model.resolved.tokenizer_path is None:
             raise ModelLoadError(f"model '{model.name}': a {model.kind} model needs tokenizer.json", model=model.name)
         self.encoder = TextEncoder(model.resolved.tokenizer_path, model.max_len, truncate=model.config.truncate,
-                                   model=model.name)
+                                   model=model.name,
+                                   lowercase=model.aux.get("sentence_bert_config.json", {}).get("do_lower_case")
+                                   is True)
         self.feeds = FeedBuilder(model.graph, model.name)
 
     def reduce(self, out: Array, mask: Array) -> Array:
         raise NotImplementedError
+
+    def pool_mask(self, rows: Sequence[Any], lengths: Array, width: int) -> Array:
+        """[B, width] ones over each row's real tokens: what `reduce` pools over."""
+        out: Array = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+        return out
 
     def forward(self, session: Session, rows: Sequence[TokenRow]) -> list[Any]:
         ids = [r[0] for r in rows]
@@ -187,8 +234,7 @@ class TextPipeline(RowPipeline):
         out = self.model.run(session, feeds, [self.output])[self.output]
         width = feeds["input_ids"].shape[1]
         lengths = np.array([len(r) for r in ids])
-        mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
-        reduced = self.reduce(out, mask)
+        reduced = self.reduce(out, self.pool_mask(rows, lengths, width))
         if self.ragged:
             return [reduced[j, : lengths[j]] for j in range(len(ids))]
         return list(reduced)

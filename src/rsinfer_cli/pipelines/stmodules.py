@@ -1,0 +1,357 @@
+"""A sentence-transformers folder as sentence-transformers computes it, without torch: `modules.json` is a pipeline
+Transformer → Pooling → Dense … → LayerNorm → Normalize, and sentence-transformers' ONNX export holds only the
+Transformer. This module reads the rest - each module's `config.json`, Dense and LayerNorm weights through
+safetensors' numpy API - and the prompts of `config_sentence_transformers.json`, in both the layout most Hub repos
+carry (sentence-transformers 2.x-5.x: `sentence_transformers.models.Dense`, `pooling_mode_mean_tokens: true`) and
+6.x's (`sentence_transformers.base.modules.dense.Dense`, `pooling_mode: "mean"`).
+
+A module it cannot compute exactly (CNN, LSTM, WordWeights, a custom class, an activation it does not know, weights
+only in a torch pickle) is a load error naming it, never skipped. The families that serve such folders (embedding
+today) keep their own request logic; this is the folder's arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..engine.model import LoadedModel
+from ..errors import ModelLoadError
+from .base import Array
+
+# the pooling modes sentence-transformers knows, by its names; rsinfer calls `lasttoken` `last`
+POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "last")
+# the legacy `pooling_mode_*` flags in the order sentence-transformers concatenates them
+LEGACY_FLAGS = (("pooling_mode_cls_token", "cls"), ("pooling_mode_max_tokens", "max"),
+                ("pooling_mode_mean_tokens", "mean"), ("pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens"),
+                ("pooling_mode_weightedmean_tokens", "weightedmean"), ("pooling_mode_lasttoken", "last"))
+# the modules computed here; any other type in modules.json is refused at load
+KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "LayerNorm", "Dropout", "Normalize")
+# sentence-transformers' own prompt names every model has (empty unless the model defines them)
+IMPLICIT_PROMPTS = ("query", "document")
+
+
+# ---------------------------------------------------------------- pooling
+
+
+def _pool_one(hidden: Array, mask: Array, mode: str) -> Array:
+    """One mode of sentence-transformers' Pooling over right-padded [B, T, D] and a [B, T] mask whose prompt tokens
+    may be zeroed (`include_prompt: false`)."""
+    m = mask.astype(hidden.dtype, copy=False)
+    if mode == "cls":        # the first token the mask keeps (the one after the prompt when it is left out)
+        out: Array = hidden[np.arange(hidden.shape[0]), np.argmax(mask, axis=1)]
+    elif mode == "last":     # the last token the mask keeps; none kept: zeros
+        t = mask.shape[1]
+        idx = t - 1 - np.argmax(mask[:, ::-1], axis=1)
+        rows = np.arange(hidden.shape[0])
+        out = hidden[rows, idx] * m[rows, idx][:, None]
+    elif mode == "max":
+        out = np.where(m[:, :, None] > 0, hidden, -np.inf).max(axis=1)
+    elif mode in ("mean", "mean_sqrt_len_tokens"):
+        total = np.matmul(m[:, None, :], hidden)[:, 0]          # Σ over kept tokens, as one batched product
+        count = np.maximum(m.sum(axis=1, keepdims=True), 1e-9)
+        out = total / (count if mode == "mean" else np.sqrt(count))
+    elif mode == "weightedmean":  # weights 1..T by position (no left padding here); prompt tokens keep theirs
+        w = m * np.arange(1, m.shape[1] + 1, dtype=hidden.dtype)[None, :]
+        out = np.matmul(w[:, None, :], hidden)[:, 0] / np.maximum(w.sum(axis=1, keepdims=True), 1e-9)
+    else:
+        raise ValueError(f"unknown pooling mode {mode!r}")
+    return out
+
+
+def pool_modes(hidden: Array, mask: Array, modes: Sequence[str]) -> Array:
+    """[B, T, D] → [B, D · len(modes)]: each mode in order, concatenated (sentence-transformers' Pooling)."""
+    if len(modes) == 1:
+        return _pool_one(hidden, mask, modes[0])
+    return np.concatenate([_pool_one(hidden, mask, mode) for mode in modes], axis=1)
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """A Pooling module's settings, from its config in either layout (or rsinfer's default: masked mean)."""
+
+    modes: tuple[str, ...] = ("mean",)
+    dimension: int | None = None          # the token vectors' width it was saved for
+    include_prompt: bool = True
+    source: str = "no pooling config: masked mean"
+
+    @property
+    def width(self) -> int | None:
+        return self.dimension * len(self.modes) if self.dimension else None
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.modes)
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], where: str) -> Pooling:
+        """`pooling_mode: "mean"` (or a list) with `embedding_dimension` (6.x), or `pooling_mode_*_tokens` flags with
+        `word_embedding_dimension` (2.x-5.x); both with `include_prompt`."""
+        raw = cfg.get("pooling_mode")
+        if raw is not None:
+            names = [raw] if isinstance(raw, str) else list(raw) if isinstance(raw, list) else []
+            if not names or not all(isinstance(n, str) for n in names):
+                raise ValueError(f"{where}: pooling_mode must be a mode or a list of modes, got {raw!r}")
+            modes = tuple("last" if n == "lasttoken" else n for n in names)
+            why = f"{where} pooling_mode {raw if isinstance(raw, str) else '+'.join(names)}"
+        else:
+            modes = tuple(mode for flag, mode in LEGACY_FLAGS if cfg.get(flag))
+            flags = [flag for flag, _ in LEGACY_FLAGS if cfg.get(flag)]
+            why = f"{where} {' + '.join(flags)}" if flags else f"{where} sets no mode: masked mean"
+            modes = modes or ("mean",)
+        bad = [m for m in modes if m not in POOLING_MODES]
+        if bad:
+            raise ValueError(f"{where}: unknown pooling mode {bad[0]!r} (sentence-transformers knows "
+                             f"{', '.join(m if m != 'last' else 'lasttoken' for m in POOLING_MODES)})")
+        dim = cfg.get("embedding_dimension", cfg.get("word_embedding_dimension"))
+        include = cfg.get("include_prompt", True)
+        return cls(modes, dim if isinstance(dim, int) and dim > 0 else None, include is not False, why)
+
+
+# ---------------------------------------------------------------- the modules after pooling
+
+
+def _erf(x: Array) -> Array:
+    """erf to float32 precision (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7), vectorised: numpy has none."""
+    t = 1.0 / (1.0 + 0.3275911 * np.abs(x))
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    out: Array = np.sign(x) * (1.0 - poly * np.exp(-x * x))
+    return out
+
+
+def _sigmoid(x: Array) -> Array:
+    out: Array = 0.5 * (1.0 + np.tanh(0.5 * x))   # = 1 / (1 + e^-x), without overflow
+    return out
+
+
+# torch.nn activations by class name, as sentence-transformers' Dense names them (`torch.nn.modules.activation.Tanh`)
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "Tanh": np.tanh,
+    "Identity": lambda x: x,
+    "ReLU": lambda x: np.maximum(x, 0),
+    "GELU": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),   # torch's default GELU: the exact, erf form
+    "Sigmoid": _sigmoid,
+    "SiLU": lambda x: x * _sigmoid(x),
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One module after pooling: its name for people, the width it gives, and what it computes on [B, D]."""
+
+    kind: str                    # Dense | LayerNorm | Dropout | Normalize
+    path: str                    # its folder in the repo ("" for a module without files)
+    label: str                   # e.g. "Dense 32→24 Tanh (2_Dense)"
+    width: int | None            # the vectors' width after it (None: unchanged)
+    apply: Callable[[Array], Array] = field(compare=False, repr=False)
+    weights: bool = False        # whether it has parameters (a graph may already contain it)
+    takes: int | None = None     # the width it needs (None: any)
+
+
+def l2_normalize(v: Array) -> Array:
+    norms = np.linalg.norm(v, axis=-1, keepdims=True)
+    out: Array = v / np.maximum(norms, 1e-12)        # torch.nn.functional.normalize's eps
+    return out
+
+
+def _weights(files: Mapping[str, Path], folder: str, where: str) -> dict[str, Array]:
+    path = files.get(f"{folder}/model.safetensors")
+    if path is None:
+        raise ValueError(f"{where}: no {folder}/model.safetensors; rsinfer reads module weights from safetensors "
+                         "only (a pytorch_model.bin is a torch pickle it does not load); convert it with "
+                         "safetensors' torch API: save_file(torch.load(f), 'model.safetensors')")
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        return {k: np.asarray(v, dtype=np.float32) for k, v in load_file(str(path)).items()}
+    except (SafetensorError, OSError, TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: cannot read {folder}/model.safetensors: {exc}") from exc
+
+
+def _tensor(weights: Mapping[str, Array], key: str, shape: tuple[int, ...], where: str) -> Array:
+    value = weights.get(key)
+    if value is None:
+        raise ValueError(f"{where}: the weights have no '{key}' (they have {', '.join(sorted(weights)) or 'none'})")
+    if value.shape != shape:
+        raise ValueError(f"{where}: '{key}' has shape {list(value.shape)}, its config says {list(shape)}")
+    return value
+
+
+def dense(cfg: Mapping[str, Any], files: Mapping[str, Path], folder: str, where: str) -> Step:
+    """sentence-transformers' Dense: activation(x Wᵀ + b), plus `use_residual`. No `activation_function` in its
+    config means Tanh, as in sentence-transformers."""
+    n_in, n_out = cfg.get("in_features"), cfg.get("out_features")
+    if not (isinstance(n_in, int) and isinstance(n_out, int) and n_in > 0 and n_out > 0):
+        raise ValueError(f"{where}: config.json needs in_features and out_features (integers), got "
+                         f"{n_in!r} and {n_out!r}")
+    fn = str(cfg.get("activation_function") or "torch.nn.modules.activation.Tanh")
+    name = fn.rpartition(".")[2]
+    if not fn.startswith("torch.") or name not in ACTIVATIONS:
+        raise ValueError(f"{where}: activation_function {fn!r} is not one rsinfer computes "
+                         f"(torch.nn {', '.join(ACTIVATIONS)})")
+    for key in ("module_input_name", "module_output_name"):
+        if cfg.get(key, "sentence_embedding") != "sentence_embedding":
+            raise ValueError(f"{where}: {key} {cfg[key]!r}: a Dense over token vectors is not an embedding "
+                             "model's (rsinfer serves Dense on the sentence embedding)")
+    w = _weights(files, folder, where)
+    weight = _tensor(w, "linear.weight", (n_out, n_in), where).T.copy()
+    bias = _tensor(w, "linear.bias", (n_out,), where) if cfg.get("bias", True) else None
+    residual = None
+    if cfg.get("use_residual"):
+        residual = np.eye(n_in, dtype=np.float32) if n_in == n_out else \
+            _tensor(w, "residual.weight", (n_out, n_in), where).T.copy()
+    act = ACTIVATIONS[name]
+
+    def apply(x: Array) -> Array:
+        y = x @ weight
+        if bias is not None:
+            y += bias
+        y = act(y)
+        return y if residual is None else y + x @ residual
+
+    return Step("Dense", folder, f"Dense {n_in}→{n_out} {name}{' +residual' if residual is not None else ''} "
+                                 f"({folder})", n_out, apply, weights=True, takes=n_in)
+
+
+def layer_norm(cfg: Mapping[str, Any], files: Mapping[str, Path], folder: str, where: str) -> Step:
+    """sentence-transformers' LayerNorm: torch.nn.LayerNorm(dimension) with its saved weight and bias, eps 1e-5."""
+    dim = cfg.get("dimension")
+    if not isinstance(dim, int) or dim <= 0:
+        raise ValueError(f"{where}: config.json needs dimension (an integer), got {dim!r}")
+    w = _weights(files, folder, where)
+    gamma, beta = _tensor(w, "norm.weight", (dim,), where), _tensor(w, "norm.bias", (dim,), where)
+
+    def apply(x: Array) -> Array:
+        mu = x.mean(axis=-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+        out: Array = (x - mu) / np.sqrt(var + 1e-5) * gamma + beta
+        return out
+
+    return Step("LayerNorm", folder, f"LayerNorm {dim} ({folder})", dim, apply, weights=True, takes=dim)
+
+
+# ---------------------------------------------------------------- the folder
+
+
+def module_kind(type_name: str) -> str | None:
+    """The module's class in both namings (`sentence_transformers.models.Dense`,
+    `sentence_transformers.base.modules.dense.Dense`); None for anything not sentence-transformers' own."""
+    if not type_name.startswith("sentence_transformers."):
+        return None
+    name = type_name.rpartition(".")[2]
+    return name if name in KNOWN_MODULES else None
+
+
+@dataclass(frozen=True)
+class StFolder:
+    """What a sentence-transformers folder says beyond its Transformer."""
+
+    pooling: Pooling | None                 # None: modules.json has no Pooling (rsinfer's default applies)
+    steps: tuple[Step, ...] = ()            # after pooling, in order (Normalize included)
+    modules: tuple[str, ...] = ()           # every module, for `inspect`
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    truncate_dim: int | None = None
+    do_lower_case: bool = False
+
+    @property
+    def ends_normalized(self) -> bool:
+        return bool(self.steps) and self.steps[-1].kind == "Normalize"
+
+
+def _json(path: Path | None, where: str) -> Any:
+    if path is None:
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{where}: cannot read {path.name}: {exc}") from exc
+
+
+def read_folder(model: LoadedModel) -> StFolder | None:
+    """The folder's module pipeline and prompts; None when it has no modules.json and no
+    config_sentence_transformers.json (not a sentence-transformers folder). ModelLoadError naming the module for
+    anything that cannot be computed exactly."""
+    files = model.resolved.aux
+    name = model.name
+    try:
+        return _read(model, files)
+    except ValueError as exc:
+        raise ModelLoadError(f"model '{name}': {exc}", model=name) from exc
+
+
+def _read(model: LoadedModel, files: Mapping[str, Path]) -> StFolder | None:
+    raw_modules = _json(files.get("modules.json"), "modules.json")
+    st_config = _json(files.get("config_sentence_transformers.json"), "config_sentence_transformers.json")
+    if raw_modules is None and st_config is None:
+        return None
+    pooling: Pooling | None = None
+    steps: list[Step] = []
+    labels: list[str] = []
+    if raw_modules is not None:
+        if not isinstance(raw_modules, list) or not all(isinstance(m, dict) for m in raw_modules):
+            raise ValueError("modules.json must be a list of modules ({idx, name, path, type})")
+        for i, m in enumerate(raw_modules):
+            type_name, folder = str(m.get("type", "")), str(m.get("path") or "").strip("/")
+            where = f"modules.json module {m.get('idx', i)} ({type_name or 'no type'}, path '{folder}')"
+            kind = module_kind(type_name)
+            if kind is None:
+                raise ValueError(f"{where}: rsinfer does not compute this module (it computes sentence-transformers'"
+                                 f" {', '.join(KNOWN_MODULES)}); serve a graph that contains it, or remove it")
+            cfg = _json(files.get(f"{folder}/config.json"), where) if folder else None
+            cfg = cfg if isinstance(cfg, dict) else {}
+            if kind == "Transformer":
+                if i != 0:
+                    raise ValueError(f"{where}: the Transformer must be the first module")
+                labels.append("Transformer (the ONNX graph)")
+            elif i == 0:
+                raise ValueError(f"{where}: the first module must be the Transformer the ONNX graph holds")
+            elif kind == "Pooling":
+                if pooling is not None or steps:
+                    raise ValueError(f"{where}: one Pooling, right after the Transformer, is what rsinfer computes")
+                pooling = Pooling.from_config(cfg, f"{folder}/config.json")
+                labels.append(f"Pooling {pooling.name}{'' if pooling.include_prompt else ', prompt excluded'} "
+                              f"({folder})")
+            elif pooling is None:
+                raise ValueError(f"{where}: a {kind} before any Pooling works on token vectors; rsinfer serves "
+                                 "sentence embeddings")
+            elif kind == "Dense":
+                steps.append(dense(cfg, files, folder, where))
+            elif kind == "LayerNorm":
+                steps.append(layer_norm(cfg, files, folder, where))
+            elif kind == "Dropout":        # the identity at inference
+                steps.append(Step("Dropout", folder, f"Dropout (identity at inference, {folder})", None,
+                                  lambda x: x))
+            else:
+                steps.append(Step("Normalize", folder, "Normalize", None, l2_normalize))
+            if kind in ("Dense", "LayerNorm", "Dropout", "Normalize"):
+                labels.append(steps[-1].label)
+    st = st_config if isinstance(st_config, dict) else {}
+    raw_prompts = st.get("prompts") or {}
+    if not isinstance(raw_prompts, dict) or not all(isinstance(k, str) for k in raw_prompts):
+        raise ValueError("config_sentence_transformers.json: prompts must map names to texts")
+    prompts = {k: "" if v is None else str(v) for k, v in raw_prompts.items()}
+    default = st.get("default_prompt_name")
+    truncate_dim = st.get("truncate_dim")
+    sbert = model.aux.get("sentence_bert_config.json", {})
+    return StFolder(pooling=pooling, steps=tuple(steps), modules=tuple(labels), prompts=prompts,
+                    default_prompt_name=default if isinstance(default, str) and default else None,
+                    truncate_dim=truncate_dim if isinstance(truncate_dim, int) and truncate_dim > 0 else None,
+                    do_lower_case=sbert.get("do_lower_case") is True)
+
+
+def prompt_length(tokenizer: Any, prompt: str) -> int:
+    """The tokens of `prompt` at the start of `prompt + text`, as sentence-transformers counts them for
+    `include_prompt: false`: the prompt tokenized with special tokens, less a trailing special token."""
+    enc = tokenizer.encode(prompt, add_special_tokens=True)
+    n = len(enc.ids)
+    if n and enc.special_tokens_mask[-1]:
+        n -= 1
+    return n
