@@ -177,3 +177,70 @@ def add_graph(path: Path, value: float = 1.0, width: int = 2) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
     return path
+
+
+def pooled_graph(weight: np.ndarray | None = None, bias: np.ndarray | None = None, *, tokens: bool = True):
+    """An embedding graph whose `sentence_embedding` [B, D] is the masked mean of table[input_ids], and with `weight`
+    a Dense baked in: tanh(mean · weight + bias) (an onnx-community-style export). `tokens`: also output the token
+    vectors (`last_hidden_state`), as such exports do."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    seq = ["batch_size", "sequence_length"]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, seq)
+              for n in ("input_ids", "attention_mask", "token_type_ids")]
+    nodes = [helper.make_node("Gather", ["table", "input_ids"], ["hidden"]),
+             helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["maskf", "axis_last"], ["mask3"]),
+             helper.make_node("Mul", ["hidden", "mask3"], ["masked"]),
+             helper.make_node("ReduceSum", ["masked", "axis1"], ["summed"], keepdims=0),
+             helper.make_node("ReduceSum", ["mask3", "axis1"], ["count"], keepdims=0),
+             helper.make_node("Div", ["summed", "count"], ["mean"]),
+             helper.make_node("Add", ["attention_mask", "token_type_ids"], ["mask_plus_types"])]
+    inits = [numpy_helper.from_array(embedding_table(), "table"),
+             numpy_helper.from_array(np.array([-1], dtype=np.int64), "axis_last"),
+             numpy_helper.from_array(np.array([1], dtype=np.int64), "axis1")]
+    width = DIM
+    if weight is not None:
+        nodes += [helper.make_node("MatMul", ["mean", "dense_w"], ["projected"]),
+                  helper.make_node("Add", ["projected", "dense_b"], ["biased"]),
+                  helper.make_node("Tanh", ["biased"], ["sentence_embedding"])]
+        inits += [numpy_helper.from_array(weight.T.astype(np.float32), "dense_w"),
+                  numpy_helper.from_array((bias if bias is not None else np.zeros(weight.shape[0]))
+                                          .astype(np.float32), "dense_b")]
+        width = weight.shape[0]
+    else:
+        nodes.append(helper.make_node("Identity", ["mean"], ["sentence_embedding"]))
+    outputs = [helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch_size", width]),
+               helper.make_tensor_value_info("mask_plus_types", TensorProto.INT64, seq)]
+    if tokens:
+        nodes.append(helper.make_node("Identity", ["hidden"], ["last_hidden_state"]))
+        outputs.append(helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
+                                                     ["batch_size", "sequence_length", DIM]))
+    model = helper.make_model(helper.make_graph(nodes, "pooled", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def write_st_modules(root: Path, modules: list[tuple[str, str, dict | None]], *,
+                     weights: dict[str, dict[str, np.ndarray]] | None = None, st_config: dict | None = None) -> None:
+    """A sentence-transformers layout over a folder from `write_model_dir`: modules.json from (type, path, config)
+    - the type's short name becomes sentence_transformers.models.<name> unless it has a dot - each module's
+    config.json, safetensors weights by folder, and config_sentence_transformers.json."""
+    from safetensors.numpy import save_file
+
+    entries = []
+    for i, (kind, path, cfg) in enumerate(modules):
+        entries.append({"idx": i, "name": str(i), "path": path,
+                        "type": kind if "." in kind else f"sentence_transformers.models.{kind}"})
+        if path and cfg is not None:
+            (root / path).mkdir(parents=True, exist_ok=True)
+            (root / path / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    (root / "modules.json").write_text(json.dumps(entries), encoding="utf-8")
+    for folder, tensors in (weights or {}).items():
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        save_file({k: v.astype(np.float32) for k, v in tensors.items()}, str(root / folder / "model.safetensors"))
+    if st_config is not None:
+        (root / "config_sentence_transformers.json").write_text(json.dumps(st_config), encoding="utf-8")

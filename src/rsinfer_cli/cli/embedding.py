@@ -23,6 +23,8 @@ Examples:
   cat docs.jsonl | rsinfer embed --config cfg.yaml --model minilm --field body > vectors.jsonl
 
   rsinfer embed --hf Xenova/all-MiniLM-L6-v2 --input lines.txt --output vectors.npy
+
+  rsinfer embed --path models/e5 --prompt-name query "how do I reset my password?"
 """
 
 
@@ -39,11 +41,18 @@ def embed_cmd(
     revision: str = REVISION_OPT,
     dtype: str = DTYPE_OPT,
     dimensions: int = typer.Option(None, "--dimensions", help="Keep the first N dimensions, re-normalised."),
-    normalize: bool = typer.Option(True, "--normalize/--no-normalize", help="L2-normalise the vectors."),
+    normalize: bool = typer.Option(None, "--normalize/--no-normalize",
+                                   help="L2-normalise the vectors (default: as the model says: a sentence-transformers"
+                                        " folder when its modules end in Normalize, any other folder always)."),
     truncate: bool = typer.Option(None, "--truncate/--no-truncate",
                                   help="Cut texts over max_len (default: the model's `truncate`)."),
     batch_size: int = typer.Option(None, "--batch-size",
                                    help="Rows per forward (default: the model's batching.max_rows)."),
+    prompt_name: str = typer.Option(None, "--prompt-name",
+                                    help="A prompt of the model put before each text, e.g. query (default: the "
+                                         "model's default prompt)."),
+    prompt: str = typer.Option(None, "--prompt", help="Text put before each text instead of a named prompt "
+                                                      "('' for none)."),
 ) -> None:
     import sys
 
@@ -60,6 +69,7 @@ def embed_cmd(
     pipe = load_pipeline("embedding", name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
                          max_rows=batch_size)
     pipe.check_dimensions(dimensions)
+    pipe.prompt_text(prompt_name, prompt)   # an unknown prompt name fails before any text is read
     writer = None
     stream = (r for r in ([first] if first else []))
 
@@ -70,7 +80,7 @@ def embed_cmd(
     try:
         for chunk in chunks(all_records(), max(pipe.max_rows * 4, 64)):
             result = pipe.embed([r.text for r in chunk], dimensions=dimensions, normalize=normalize,
-                                truncate=truncate)
+                                truncate=truncate, prompt_name=prompt_name, prompt=prompt)
             if output is not None:
                 if writer is None:
                     writer = NpyWriter(output, result.vectors.shape[1])

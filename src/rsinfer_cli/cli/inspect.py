@@ -97,8 +97,15 @@ def _print_table(rep: dict[str, Any]) -> None:
     for w in th.get("warnings", ()):
         head.add_row("", f"[yellow]{escape(w)}[/]")
     for key, value in rep["pipeline"].items():
-        if key != "kind":
-            head.add_row(key, ", ".join(map(str, value)) if isinstance(value, list) else str(value))
+        if key == "kind":
+            continue
+        if isinstance(value, list):
+            text = ", ".join(map(str, value)) if key != "modules" else " → ".join(map(str, value))
+        elif isinstance(value, dict):
+            text = ", ".join(f"{k}: {v!r}" for k, v in value.items()) or "none"
+        else:
+            text = str(value)
+        head.add_row(key, escape(text))
     con.print(head)
     for title in ("inputs", "outputs"):
         t = Table(title=f"graph {title}", title_justify="left")

@@ -73,6 +73,9 @@ class HfRequest(Request):
     normalize: bool | None = None
     truncate: bool | None = None
     truncation_direction: str | None = None
+    prompt_name: str | None = None        # feature-extraction: a prompt of the model
+    prompt: str | None = None             # feature-extraction: text put before each input instead
+    dimensions: Annotated[int, Meta(ge=1)] | None = None   # feature-extraction: keep the first N dimensions
 
 
 # ---------------------------------------------------------------- operations

@@ -28,6 +28,11 @@ from .common import (
 
 # ---------------------------------------------------------------- request and response bodies
 
+PromptName = Annotated[str | None, Meta(description="A prompt of the model (sentence-transformers' `prompts`, e.g. "
+                                                    "query); default: the model's default prompt")]
+PromptText = Annotated[str | None, Meta(description="Text put before each input instead of a named prompt "
+                                                    "(sentence-transformers' `prompt`; \"\" for none)")]
+
 
 class EmbeddingsRequest(Request):
     input: Inputs
@@ -35,6 +40,8 @@ class EmbeddingsRequest(Request):
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: Annotated[PositiveInt | None, Meta(description="Keep the first N dimensions, re-normalised")] = None
     truncate: bool | None = None
+    prompt_name: PromptName = None       # OpenAI has no prompts: an extra body field (`extra_body=` in its SDK)
+    prompt: PromptText = None
 
 
 class EmbeddingItem(Response):
@@ -56,12 +63,16 @@ class TeiEmbedRequest(Request):
     truncate: bool | None = None
     truncation_direction: Direction | None = None
     dimensions: PositiveInt | None = None
+    prompt_name: PromptName = None
+    prompt: PromptText = None
 
 
 class CohereEmbedRequest(Request):
     texts: list[str]
     model: Model = None
-    input_type: Literal["search_document", "search_query", "classification", "clustering"] | None = None
+    input_type: Annotated[Literal["search_document", "search_query", "classification", "clustering"] | None,
+                          Meta(description="Picks the model's prompt: search_query → query, search_document → "
+                                           "document, passage or corpus (per model: input_type_prompts)")] = None
     embedding_types: list[Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]] | None = None
     truncate: Literal["NONE", "START", "END", "none", "start", "end"] | None = None
     output_dimension: PositiveInt | None = None
@@ -129,7 +140,8 @@ async def openai_embeddings(request: web.Request) -> web.Response:
     req, model, pipe = call.req, call.model, call.pipeline(EmbeddingPipeline)
     texts, ids, _ = _inputs(call, "input", req.input)
     pipe.check_dimensions(req.dimensions)
-    result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, truncate=req.truncate)
+    result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, truncate=req.truncate,
+                              prompt_name=req.prompt_name, prompt=req.prompt)
     vectors = result.vectors
     if req.encoding_format == "base64":
         le = vectors.astype("<f4", copy=False)
@@ -150,15 +162,16 @@ async def tei_embed(request: web.Request) -> web.Response:
     pipe.check_dimensions(req.dimensions)
     result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, normalize=req.normalize,
                               truncate=req.truncate, direction=truncation_direction(req.truncation_direction),
-                              param="inputs")
+                              param="inputs", prompt_name=req.prompt_name, prompt=req.prompt)
     return json_response(np.asarray(result.vectors), truncation_headers(result.truncated))
 
 
 @routes.post("/v1/embed")
 @routes.post("/v2/embed")
 async def cohere_embed(request: web.Request) -> web.Response:
-    """Cohere embed: `texts`, `input_type` (accepted; rsinfer embeds the text as given: add a model's own prefixes
-    yourself), `embedding_types`, `truncate` (NONE | START | END) and `output_dimension`."""
+    """Cohere embed: `texts`, `input_type` (the model's prompt for it: search_query → query, search_document →
+    document, passage or corpus, classification and clustering → a prompt of that name; `input_type_prompts` in the
+    model entry maps them), `embedding_types`, `truncate` (NONE | START | END) and `output_dimension`."""
     call = await begin(request, "embedding", CohereEmbedRequest)
     req, pipe = call.req, call.pipeline(EmbeddingPipeline)
     texts = req.texts
@@ -167,12 +180,13 @@ async def cohere_embed(request: web.Request) -> web.Response:
     check_count(call, "texts", len(texts))
     check_chars(call, "texts", texts)
     v2 = request.path.startswith("/v2/")
-    types = req.embedding_types  # input_type: accepted; the text is embedded as given
+    types = req.embedding_types
     truncate = (req.truncate or "END").upper()
     dims = req.output_dimension
     pipe.check_dimensions(dims)
     result = await call.infer(pipe.plan, texts, None, dimensions=dims, truncate=truncate != "NONE",
-                              direction="left" if truncate == "START" else "right", param="texts")
+                              direction="left" if truncate == "START" else "right", param="texts",
+                              prompt_name=pipe.prompt_for_input_type(req.input_type))
     meta = {"api_version": {"version": "2" if v2 else "1"}, "billed_units": {"input_tokens": result.tokens}}
     head: dict[str, Any] = {"id": str(uuid.uuid4()), "texts": texts, "meta": meta}
     if types is None and not v2:  # v1 without embedding_types: plain float lists
@@ -245,7 +259,8 @@ async def similarity(call: Call[Any], pair: SentencePair) -> web.Response:
 
 async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.Response:
     """The Hugging Face Inference API for an embedding model: feature-extraction (`inputs`: a text or texts,
-    `normalize`, `truncate`, `truncation_direction`), or sentence-similarity (`inputs`: {source_sentence,
+    `normalize`, `prompt_name`, `dimensions`, `truncate`, `truncation_direction` - at the top level, as
+    huggingface_hub sends them, or in `parameters`), or sentence-similarity (`inputs`: {source_sentence,
     sentences})."""
     if isinstance(inputs, SentencePair):
         return await similarity(call, inputs)
@@ -254,10 +269,23 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
     texts, ids, _ = text_or_token_input(inputs, "inputs")
     check_count(call, "inputs", len(texts or ids or []))
     check_chars(call, "inputs", texts)
-    direction = str(req.truncation_direction or params.get("truncation_direction") or "right")
-    normalize = req.normalize if req.normalize is not None else params.get("normalize")
-    truncate = req.truncate if req.truncate is not None else params.get("truncate")
-    res = await call.infer(pipe.plan, texts, ids, normalize=normalize if isinstance(normalize, bool) else None,
-                           truncate=truncate if isinstance(truncate, bool) else None,
-                           direction=direction.lower(), param="inputs")
+
+    def given(key: str, kind: type) -> Any:
+        value = getattr(req, key)
+        value = params.get(key) if value is None else value
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool)):
+            raise RequestValidationError(f"`{key}` must be {'a boolean' if kind is bool else kind.__name__}",
+                                         param=key)
+        return value
+
+    dims = given("dimensions", int)
+    pipe.check_dimensions(dims)
+    direction = str(given("truncation_direction", str) or "right")
+    if direction.lower() not in ("right", "left"):
+        raise RequestValidationError(f"`truncation_direction` must be right or left, got {direction!r}",
+                                     param="truncation_direction")
+    res = await call.infer(pipe.plan, texts, ids, normalize=given("normalize", bool),
+                           truncate=given("truncate", bool), direction=truncation_direction(direction),
+                           param="inputs", dimensions=dims, prompt_name=given("prompt_name", str),
+                           prompt=given("prompt", str))
     return json_response(res.vectors, truncation_headers(res.truncated))
