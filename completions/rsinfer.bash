@@ -91,8 +91,10 @@ _rsinfer() {
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
                 --dimensions) return ;;
                 --batch-size) return ;;
+                --prompt-name) return ;;
+                --prompt) return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --output -o --model -m --config -c --path --hf --revision --dtype --dimensions --normalize/--no-normalize --truncate/--no-truncate --batch-size --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --output -o --model -m --config -c --path --hf --revision --dtype --dimensions --normalize/--no-normalize --truncate/--no-truncate --batch-size --prompt-name --prompt --help -h" -- "$cur")) ;;
         inspect)
             case "$prev" in
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;

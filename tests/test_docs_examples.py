@@ -29,7 +29,9 @@ RUNS = ("sh", "bash", "python")
 SKIP = re.compile(r"<!-- not run: (.+?) -->")
 
 # the examples' model names → the shared models that stand in for them
-MODELS = {"minilm": ("embedding", "all-minilm-l6-v2", {}), "ms-marco": ("rerank", "tiny-reranker-1", {}),
+MODELS = {"minilm": ("embedding", "all-minilm-l6-v2", {"default": True}),
+          "e5": ("embedding", "tiny-st-prompts", {}),            # prompts query / document, 24 wide
+          "ms-marco": ("rerank", "tiny-reranker-1", {}),
           "nli": ("zeroshot", "tiny-nli", {}), "pii": ("pii", "rampart-pii", {}),
           "sentiment": ("classifier", "tiny-textcls", {}),
           "adder": ("tensor", "tensor-models/add_one", {"max_batch_size": 8})}

@@ -71,7 +71,8 @@ class EmbeddingOptions:
     # whether a pooled graph output already went through the folder's Dense / LayerNorm modules; null: decided from
     # the output's width (and, where widths cannot tell, by comparing the graph's token and pooled outputs at load)
     dense_in_graph: bool | None = None
-    # prompts by name (`query: "query: "`), over those of config_sentence_transformers.json
+    # prompts by name, over those of config_sentence_transformers.json; e5's: {query: "query: ", passage: "passage: "}
+    # (a request names one: `prompt_name`, Cohere's `input_type`)
     prompts: dict[str, str] | None = field(default=None, hash=False)
     # the prompt applied when a request names none (over the folder's default_prompt_name; "" for none)
     default_prompt_name: str | None = None
