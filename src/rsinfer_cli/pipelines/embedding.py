@@ -306,13 +306,11 @@ class EmbeddingPipeline(TextPipeline):
         # sentence-transformers' encode_query / encode_document: the (empty) query or document prompt
         return {"search_query": "query", "search_document": "document"}.get(input_type)
 
-    def _skip(self, prefix: str) -> int:
-        """Tokens at the start of each row that pooling leaves out (`include_prompt: false`)."""
-        if not prefix or self.pooler.include_prompt:
-            return 0
+    def _prompt_tokens(self, prefix: str) -> int:
+        """The prompt's tokens at the start of each row (sentence-transformers' count), worked out once a prompt."""
         n = self._prompt_lengths.get(prefix)
         if n is None:
-            n = self._prompt_lengths[prefix] = prompt_length(self.encoder.tokenizer, prefix)
+            n = self._prompt_lengths[prefix] = prompt_length(self.encoder.tokenizer, prefix) if prefix else 0
         return n
 
     # ------------------------------------------------------------ rows
@@ -411,9 +409,9 @@ class EmbeddingPipeline(TextPipeline):
             prefix = self.prompt_text(prompt_name, prompt)
             if prefix:
                 texts = [prefix + t for t in texts]
-            skip = self._skip(prefix)
-            keep = prompt_length(self.encoder.tokenizer, prefix) if prefix and direction == "left" else 0
-            enc = self.encode(texts, truncate=truncate, direction=direction, param=param, keep=keep)
+            tokens = self._prompt_tokens(prefix)
+            skip = 0 if self.pooler.include_prompt else tokens     # `include_prompt: false`: pooled without it
+            enc = self.encode(texts, truncate=truncate, direction=direction, param=param, keep=tokens)
         else:
             if prompt_name is not None or prompt is not None:
                 raise InputError("a prompt applies to texts; token ids are embedded as given",
