@@ -250,6 +250,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     ap.add_argument("--only", help="comma-separated workload prefixes to run (e.g. pii,rerank); default: all")
     ap.add_argument("--before-src", type=Path, help="also run another checkout's src/ with batching on, side by side")
+    ap.add_argument("--before-label", help="what the before side is, for the table (default: its path)")
     args = ap.parse_args()
     loads = workloads()
     ceil_short, b_short, ceil_mixed, b_mixed = ceilings(loads)
@@ -281,7 +282,7 @@ def main() -> int:
                      "on_over_ceiling": on["rps"] * per / ceil if ceil else None,
                      "p50_on_ms": on["p50_ms"], "p50_off_ms": off["p50_ms"],
                      "errors": on["errors"] + off["errors"]})
-    text = ["# Batching benchmark", "", f"Machine: {machine()}.", "",
+    text = ["# Batching benchmark", "", f"Machine: {machine()}. Run on {time.strftime('%Y-%m-%d')}.", "",
             "Reproduce: `.venv/bin/python benchmarks/batching.py` (writes this file). Ceiling = best in-process "
             "tokenize + session.run + mean pooling over batch sizes on the same texts, the best of 2 sessions x 1 "
             "thread and 1 x 2: "
@@ -304,7 +305,8 @@ def main() -> int:
         at = existing.find("\n## ")
         kept = existing[at:] if at >= 0 else ""
     if args.before_src:
-        text += [f"Before ({args.before_src}) and now, both batching on, the same run, each the mean of two passes "
+        text += [f"Before ({args.before_label or args.before_src}) and now, both batching on, the same run, each the "
+                 "mean of two passes "
                  "in ABBA order:", "",
                  "| workload | texts/s before | texts/s now | now / before | p50 before (ms) | p50 now (ms) |",
                  "|---|---|---|---|---|---|"]

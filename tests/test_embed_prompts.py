@@ -157,3 +157,15 @@ def test_rsinfer_embed_prompt_name(folder, ref):
     bad = subprocess.run([sys.executable, "-m", "rsinfer_cli", "embed", "--path", str(folder), "--prompt-name",
                           "summary", "x"], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "unknown prompt_name 'summary'" in bad.stderr and not bad.stdout
+
+
+def test_hugging_face_parameters_are_checked(server):
+    for params, says in (({"prompt_name": 3}, "`prompt_name` must be a string"),
+                         ({"normalize": "yes"}, "`normalize` must be a boolean"),
+                         ({"dimensions": True}, "`dimensions` must be an integer"),
+                         ({"truncation_direction": "middle"}, "must be right or left")):
+        r = httpx.post(server.url + "/models/m", json={"inputs": "x", "parameters": params})
+        assert r.status_code in (400, 422) and says in r.json()["error"]["message"], (params, r.text)
+    ok = httpx.post(server.url + "/models/m", json={"inputs": "x", "parameters": {"prompt_name": "query",
+                                                                                   "dimensions": 8}})
+    assert ok.status_code == 200 and np.asarray(ok.json()).shape == (1, 8)

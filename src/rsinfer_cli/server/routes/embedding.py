@@ -274,8 +274,8 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
         value = getattr(req, key)
         value = params.get(key) if value is None else value
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool)):
-            raise RequestValidationError(f"`{key}` must be {'a boolean' if kind is bool else kind.__name__}",
-                                         param=key)
+            want = {bool: "a boolean", int: "an integer", str: "a string"}[kind]
+            raise RequestValidationError(f"`{key}` must be {want}", param=key)
         return value
 
     dims = given("dimensions", int)
