@@ -169,3 +169,24 @@ def test_hugging_face_parameters_are_checked(server):
     ok = httpx.post(server.url + "/models/m", json={"inputs": "x", "parameters": {"prompt_name": "query",
                                                                                    "dimensions": 8}})
     assert ok.status_code == 200 and np.asarray(ok.json()).shape == (1, 8)
+
+
+def test_tei_similarity_and_tokenize_take_the_prompt(server, ref):
+    """TEI's /similarity (`parameters.prompt_name`) and /tokenize (`prompt_name`), and Hugging Face's
+    sentence-similarity with the same parameters: the sentences are embedded with the prompt, as /embed does."""
+    source, sentences = ref["cases"][0]["text"], [c["text"] for c in ref["cases"][1:4]]
+    want = np.array([c["prompt:query"] for c in ref["cases"][:4]])
+    want = want / np.linalg.norm(want, axis=1, keepdims=True)
+    pair = {"source_sentence": source, "sentences": sentences}
+    tei = httpx.post(server.url + "/similarity", json={"inputs": pair, "parameters": {"prompt_name": "query"}})
+    hf = httpx.post(server.url + "/models/m", json={"inputs": pair, "parameters": {"prompt_name": "query"}})
+    for r in (tei, hf):
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(r.json(), want[1:] @ want[0], atol=1e-4)
+    bad = httpx.post(server.url + "/similarity", json={"inputs": pair, "parameters": {"prompt_name": "summary"}})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_name"
+    tokens = httpx.post(server.url + "/tokenize", json={"inputs": "hello", "prompt_name": "query"}).json()[0]
+    plain = httpx.post(server.url + "/tokenize", json={"inputs": "hello"}).json()[0]
+    prompt = ref["prompts"]["query"]
+    assert [t["text"] for t in tokens][1:-1] != [t["text"] for t in plain][1:-1]
+    assert tokens[-2]["stop"] == len(prompt) + len("hello")      # offsets in the text the model sees

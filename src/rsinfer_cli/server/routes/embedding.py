@@ -11,6 +11,7 @@ from aiohttp import web
 from msgspec import Meta
 
 from ...errors import InputError
+from ...jsonio import dumps
 from ...pipelines.embedding import EmbeddingPipeline, embedding_types
 from ..errors import RequestValidationError
 from ..request import text_or_token_input
@@ -20,6 +21,7 @@ from .common import (
     begin,
     check_chars,
     check_count,
+    decode,
     json_response,
     truncation_direction,
     truncation_headers,
@@ -89,6 +91,7 @@ class CohereEmbedResponse(Response):
 class TokenizeRequest(Request):
     inputs: str | list[str]
     add_special_tokens: bool | None = None
+    prompt_name: PromptName = None       # the tokens of the prompt and the text, as /embed would embed them
 
 
 class Token(Response):
@@ -104,8 +107,15 @@ class DecodeRequest(Request):
     skip_special_tokens: bool | None = None
 
 
+class SimilarityParameters(Request):
+    truncate: bool | None = None
+    truncation_direction: Direction | None = None
+    prompt_name: PromptName = None
+
+
 class SimilarityRequest(Request):
     inputs: SentencePair
+    parameters: SimilarityParameters | None = None
 
 
 OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
@@ -208,6 +218,8 @@ async def tei_tokenize(request: web.Request) -> web.Response:
     texts = [req.inputs] if isinstance(req.inputs, str) else req.inputs
     check_count(call, "inputs", len(texts))
     check_chars(call, "inputs", texts)
+    prefix = pipe.prompt_text(req.prompt_name) if req.prompt_name is not None else ""
+    texts = [prefix + t for t in texts] if prefix else texts
     special = req.add_special_tokens is not False
     tok = pipe.encoder.tokenizer
     out = []
@@ -240,19 +252,21 @@ async def tei_decode(request: web.Request) -> web.Response:
 async def tei_similarity(request: web.Request) -> web.Response:
     """TEI / sentence-transformers: cosine similarity of `source_sentence` to each of `sentences`."""
     call = await begin(request, "embedding", SimilarityRequest, named=False)
-    return await similarity(call, call.req.inputs)
+    return await similarity(call, call.req.inputs, call.req.parameters or SimilarityParameters())
 
 
-async def similarity(call: Call[Any], pair: SentencePair) -> web.Response:
+async def similarity(call: Call[Any], pair: SentencePair, params: SimilarityParameters) -> web.Response:
     """Cosine similarity of `source_sentence` to each of `sentences` (TEI's /similarity, and Hugging Face's
-    sentence-similarity task on an embedding model)."""
+    sentence-similarity task on an embedding model), every sentence with the prompt `prompt_name` names (else the
+    model's default)."""
     source, sentences = pair.source_sentence, pair.sentences
     if not sentences:
         raise InputError("`inputs.sentences` is empty", param="inputs.sentences")
     check_count(call, "inputs.sentences", len(sentences) + 1)
     check_chars(call, "inputs.sentences", [source, *sentences])
     result = await call.infer(call.pipeline(EmbeddingPipeline).plan, [source, *sentences], None, normalize=True,
-                              param="inputs")
+                              param="inputs", truncate=params.truncate, prompt_name=params.prompt_name,
+                              direction=truncation_direction(params.truncation_direction))
     v = result.vectors
     return json_response([float(x) for x in v[1:] @ v[0]], truncation_headers(result.truncated))
 
@@ -263,7 +277,7 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
     huggingface_hub sends them, or in `parameters`), or sentence-similarity (`inputs`: {source_sentence,
     sentences})."""
     if isinstance(inputs, SentencePair):
-        return await similarity(call, inputs)
+        return await similarity(call, inputs, decode(dumps(params), SimilarityParameters))
     req = call.req
     pipe = call.pipeline(EmbeddingPipeline)
     texts, ids, _ = text_or_token_input(inputs, "inputs")
