@@ -403,3 +403,22 @@ def test_options_are_hashable_and_comparable():
                                   "prompts": {"query": "q: "}}]}).models[0]
     b = dataclasses.replace(a)
     assert a == b and hash(a.options) == hash(b.options) and a.options.prompts == {"query": "q: "}
+
+
+def test_inspect_shows_the_pipeline_prompts_and_width():
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "rsinfer_cli", "inspect", "--path", str(FIXTURES / "st-legacy"),
+                           "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    pipe = json.loads(proc.stdout)["pipeline"]
+    assert pipe["modules"] == ["Transformer (the ONNX graph)", "Pooling max+mean, prompt excluded (1_Pooling)",
+                               "Dense 64→24 Sigmoid (2_Dense)", "LayerNorm 24 (3_LayerNorm)", "Normalize"]
+    assert pipe["modules_run"] == ["Dense 64→24 Sigmoid (2_Dense)", "LayerNorm 24 (3_LayerNorm)"]
+    assert pipe["dimensions"] == 24 and pipe["prompts"] == {"query": "query: ", "passage": "passage: "}
+    table = subprocess.run([sys.executable, "-m", "rsinfer_cli", "inspect", "--path", str(FIXTURES / "st-legacy")],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert "Pooling max+mean, prompt excluded (1_Pooling) → Dense 64→24 Sigmoid" in table.stdout
+    assert "query: 'query: ', passage: 'passage: '" in table.stdout
