@@ -109,11 +109,6 @@ def option_fields(kind: str) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls)) if cls is not None else ()
 
 
-def default_options(kind: str) -> Any:
-    cls = options_class(kind)
-    return cls() if cls is not None else None
-
-
 def all_ops() -> tuple[Any, ...]:
     """Every family's route-table entries (`server/schemas.Op`), in registry order."""
     return tuple(op for f in _FAMILIES.values() if f.ops is not None for op in resolve_ref(f.ops))
@@ -289,11 +284,6 @@ def load_plugins() -> list[str]:
         except Exception as exc:  # noqa: BLE001 - a broken plug-in must not stop rsinfer; its kind's errors say why
             FAILED[name] = f"plug-in '{name}' ({GROUP}: {value}) failed to load: {type(exc).__name__}: {exc}"
     return added
-
-
-def unknown_kind_hint() -> str:
-    """What to add to an 'unknown kind' error: the plug-ins that failed to load."""
-    return "".join(f"; {why}" for why in FAILED.values())
 
 
 load_plugins()

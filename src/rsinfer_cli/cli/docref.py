@@ -177,11 +177,11 @@ def configuration_md() -> str:
 
 def cli_md() -> str:
     from .app import EXIT_DOCS
-    from .docgen import ENVIRONMENT, _commands, root_help
+    from .appspec import ENVIRONMENT, commands, root_help
 
     out = [HEADER.format(src="the Typer app (src/rsinfer_cli/cli/)"), "# CLI reference", "",
            " ".join(root_help().split()), ""]
-    for cmd in _commands():
+    for cmd in commands():
         out += [f"## `rsinfer {cmd.name}`", "", " ".join(cmd.help.split()), ""]
         args = [p for p in cmd.params if p.kind == "argument"]
         opts = [p for p in cmd.params if p.kind == "option"]

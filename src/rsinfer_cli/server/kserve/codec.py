@@ -8,7 +8,6 @@ followed by its bytes. Every failure is an InputError naming the tensor.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -238,7 +237,3 @@ def encode_outputs(outputs: dict[str, Array], binary: set[str], everything_binar
             item["data"] = to_json_data(arr)
         items.append(item)
     return items, chunks
-
-
-def join_chunks(chunks: Sequence[bytes]) -> bytes:
-    return b"".join(chunks)
