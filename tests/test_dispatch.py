@@ -107,3 +107,28 @@ def test_at_most_limit_paths_are_remembered(srv, monkeypatch):
     monkeypatch.setattr(dispatch_mod, "LIMIT", len(d.known))
     r = httpx.get(srv.url + "/v2/models/add/ready", headers=AUTH, timeout=30)
     assert r.status_code == 200 and ("GET", "/v2/models/add/ready") not in d.known
+
+
+def test_this_aiohttp_has_the_internals_the_dispatch_uses():
+    """Fails on an aiohttp that changed them: look at dispatch.py before moving pyproject's upper bound."""
+    import aiohttp
+
+    assert dispatch_mod.unsupported() is None, f"aiohttp {aiohttp.__version__}: {dispatch_mod.unsupported()}"
+
+
+def test_without_them_the_application_serves_everything(tmp_path, monkeypatch, caplog):
+    """An aiohttp that changed them: no dispatch, a warning saying why, and every request answered by aiohttp."""
+    from aiohttp import web
+
+    monkeypatch.setattr(web.Request, "ATTRS", web.Request.ATTRS - {"_match_info"})
+    assert "web.Request declares _match_info" in (dispatch_mod.unsupported() or "")
+    model = synth.add_graph(tmp_path / "add" / "model.onnx", 1.0).parent
+    cfg = parse_config({"models": [{"name": "add", "kind": "tensor", "path": str(model), "max_batch_size": 4,
+                                    "replicas": 1}]})
+    with caplog.at_level("WARNING", logger="rsinfer.server"), ServerThread(cfg) as s:
+        assert s.dispatch is None
+        body = {"inputs": [{"name": "X", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
+        for _ in range(3):
+            r = httpx.post(s.url + "/v2/models/add/infer", json=body)
+            assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [2, 3]
+    assert "changed what the request dispatch relies on (web.Request declares _match_info)" in caplog.text

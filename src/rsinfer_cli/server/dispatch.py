@@ -17,10 +17,14 @@ application's own handling, unchanged.
 
 from __future__ import annotations
 
+import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import hdrs, web
+
+log = logging.getLogger("rsinfer.server")
 
 LIMIT = 1024          # paths remembered (models × routes × versions; a client cannot add one that fails)
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
@@ -59,10 +63,39 @@ class Dispatch:
         return response
 
 
-def install(runner: web.AppRunner) -> Dispatch:
-    """The dispatch as the request handler of a runner's server (after `setup()`, before its sites start)."""
+def unsupported() -> str | None:
+    """Why this aiohttp lacks what the dispatch reads or sets of its internals (None: it has all of it). Checked
+    before installing; tests/test_dispatch.py fails on an aiohttp that changed them, before pyproject's bound moves."""
+    import yarl
+    from aiohttp import web_server
+
+    checks = (
+        ("web.Request declares _match_info", "_match_info" in getattr(web.Request, "ATTRS", ())),
+        ("UrlMappingMatchInfo(match_dict, route)",
+         list(inspect.signature(web.UrlMappingMatchInfo.__init__).parameters)[1:3] == ["match_dict", "route"]),
+        ("UrlMappingMatchInfo.add_app / freeze / apps",
+         all(hasattr(web.UrlMappingMatchInfo, a) for a in ("add_app", "freeze", "apps", "http_exception"))),
+        ("Server.request_handler", "request_handler" in inspect.getsource(web_server.Server.__init__)),
+        ("Application._handle sets request._match_info",
+         "request._match_info = " in inspect.getsource(web.Application._handle)),
+        ("yarl.URL.path_safe", hasattr(yarl.URL, "path_safe")),
+    )
+    missing = [what for what, ok in checks if not ok]
+    return "; ".join(missing) if missing else None
+
+
+def install(runner: web.AppRunner) -> Dispatch | None:
+    """The dispatch as the request handler of a runner's server (after `setup()`, before its sites start); None,
+    with a warning, on an aiohttp whose internals it reads changed: every request then takes aiohttp's own way."""
     server = runner.server
     assert server is not None, "install() after runner.setup()"
+    why = unsupported()
+    if why is not None:
+        import aiohttp
+
+        log.warning("aiohttp %s changed what the request dispatch relies on (%s): every request goes through "
+                    "aiohttp's router (~15 µs more a request)", aiohttp.__version__, why)
+        return None
     dispatch = Dispatch(runner.app, server.request_handler)
     server.request_handler = dispatch
     return dispatch
