@@ -90,50 +90,28 @@ class EmbeddingPipeline(TextPipeline):
 
     def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
         super().__init__(model, server)
-        cfg = model.config
-        opts: EmbeddingOptions = cfg.options
+        opts: EmbeddingOptions = model.config.options
         self.st: StFolder | None = read_folder(model)
         st_pooling = self.st.pooling if self.st is not None else None
-        names = [o.name for o in model.graph.outputs]
-        order = ST_OUTPUT_ORDER if st_pooling is not None else OUTPUT_ORDER
-        self.output = next((n for n in order if n in names), names[0])
-        info = model.graph.output(self.output)
-        assert info is not None
-        if len(info.shape) not in (2, 3):
-            raise ModelLoadError(f"model '{cfg.name}': embedding output '{self.output}' has shape "
-                                 f"{list(info.shape)}; expected [batch, dim] or [batch, seq, dim]", model=cfg.name)
-        self.pooled_in_graph = len(info.shape) == 2
-        if opts.pooling_in_graph is not None and opts.pooling_in_graph != self.pooled_in_graph:
-            raise ModelLoadError(
-                f"model '{cfg.name}': pooling_in_graph is {str(opts.pooling_in_graph).lower()} but the graph's output "
-                f"'{self.output}' has shape {list(info.shape)}, "
-                f"{'[batch, dim]: already pooled' if self.pooled_in_graph else '[batch, seq, dim]: not pooled'}; "
-                "remove the key (rsinfer sees from the output whether the graph pools) or fix the model",
-                model=cfg.name)
+        width = self._output(opts, st_pooling)
         self.pooler: Pooling = self._pooling(opts, st_pooling)
         self.pooling = self.pooler.name
-        self.pooling_reason = self.pooler.source
-        if self.pooled_in_graph:
-            self.pooling_reason = f"output '{self.output}' is already pooled"
-        width = info.shape[-1] if isinstance(info.shape[-1], int) else None
-        self.steps, self.modules_reason = self._steps(opts, width)
+        self.pooling_reason = f"output '{self.output}' is already pooled" if self.pooled_in_graph \
+            else self.pooler.source
+        steps, self.modules_reason = self._steps(opts, width)
+        self.steps = steps
         self.native_dim = self._check_widths(width)
-        trailing = 0
-        while trailing < len(self.steps) and self.steps[-1 - trailing].kind == "Normalize":
-            trailing += 1        # a final Normalize is the default of `normalize` (a request may turn it off)
-        if trailing:
-            self.steps = self.steps[:-trailing]
+        while self.steps and self.steps[-1].kind == "Normalize":
+            self.steps = self.steps[:-1]   # a final Normalize is the default of `normalize` (a request may turn it off)
         # a sentence-transformers pipeline normalises when it ends in Normalize; any other folder does by default
         folder_normalizes = self.st.ends_normalized if self.st is not None and self.st.modules else True
         self.normalize = opts.normalize if opts.normalize is not None else folder_normalizes
-        served = opts.dimensions or (self.st.truncate_dim if self.st is not None else None)
-        self.dim: int | None = min(served, self.native_dim) if served and self.native_dim else (
-            served or self.native_dim)
+        self.dim: int | None = self._served_width(opts)
         self.matryoshka = tuple(sorted(set(opts.matryoshka_dimensions)))
         too_wide = [d for d in self.matryoshka if self.dim and d > self.dim]
         if too_wide:
-            raise ModelLoadError(f"model '{cfg.name}': matryoshka_dimensions {too_wide[0]} is wider than the model's "
-                                 f"{self.dim}-dimensional output", model=cfg.name)
+            raise ModelLoadError(f"model '{model.name}': matryoshka_dimensions {too_wide[0]} is wider than the "
+                                 f"model's {self.dim}-dimensional output", model=model.name)
         self.prompts, self.default_prompt_name = self._prompts(opts)
         self.input_type_prompts = dict(opts.input_type_prompts or {})
         for input_type, name in self.input_type_prompts.items():
@@ -142,6 +120,34 @@ class EmbeddingPipeline(TextPipeline):
         self.vocab_size: int = self.encoder.tokenizer.get_vocab_size(with_added_tokens=True)
 
     # ------------------------------------------------------------ what the folder says, checked at load
+
+    def _output(self, opts: EmbeddingOptions, st_pooling: Pooling | None) -> int | None:
+        """The graph output the vectors come from (a sentence-transformers folder's own pooling wins over BERT's
+        pooler), whether it is pooled, checked against `pooling_in_graph`; its width when fixed."""
+        name = self.model.name
+        names = self.model.output_names
+        order = ST_OUTPUT_ORDER if st_pooling is not None else OUTPUT_ORDER
+        self.output = next((n for n in order if n in names), names[0])
+        info = self.model.graph.output(self.output)
+        assert info is not None
+        if len(info.shape) not in (2, 3):
+            raise ModelLoadError(f"model '{name}': embedding output '{self.output}' has shape "
+                                 f"{list(info.shape)}; expected [batch, dim] or [batch, seq, dim]", model=name)
+        self.pooled_in_graph = len(info.shape) == 2
+        if opts.pooling_in_graph is not None and opts.pooling_in_graph != self.pooled_in_graph:
+            raise ModelLoadError(
+                f"model '{name}': pooling_in_graph is {str(opts.pooling_in_graph).lower()} but the graph's output "
+                f"'{self.output}' has shape {list(info.shape)}, "
+                f"{'[batch, dim]: already pooled' if self.pooled_in_graph else '[batch, seq, dim]: not pooled'}; "
+                "remove the key (rsinfer sees from the output whether the graph pools) or fix the model", model=name)
+        return info.shape[-1] if isinstance(info.shape[-1], int) else None
+
+    def _served_width(self, opts: EmbeddingOptions) -> int | None:
+        """The width served: the model's `dimensions`, else the folder's truncate_dim, at most the native width."""
+        served = opts.dimensions or (self.st.truncate_dim if self.st is not None else None)
+        if served and self.native_dim:
+            return min(served, self.native_dim)
+        return served or self.native_dim
 
     def _pooling(self, opts: EmbeddingOptions, st_pooling: Pooling | None) -> Pooling:
         if opts.pooling != "auto":
@@ -169,31 +175,33 @@ class EmbeddingPipeline(TextPipeline):
                 raise ModelLoadError(f"model '{self.model.name}': dense_in_graph is true but the graph's output "
                                      f"'{self.output}' is token vectors, before pooling", model=self.model.name)
             return steps, f"the graph gives token vectors ('{self.output}'): pooling and modules run in rsinfer"
-        after_pool = self.pooler.width
-        final = after_pool
-        for s in steps:
-            final = s.width or final
-        by_width = None if width is None or after_pool is None or final is None or after_pool == final else (
-            True if width == final else False if width == after_pool else None)
+        baked, why = self._in_graph(opts, steps, width)
+        if not baked:
+            return steps, f"{why}: the modules run in rsinfer"
+        last = max(i for i, s in enumerate(steps) if s.weights)
+        return steps[last + 1:], f"{why}: the graph holds them, rsinfer does not run them again"
+
+    def _in_graph(self, opts: EmbeddingOptions, steps: list[Step], width: int | None) -> tuple[bool, str]:
+        """Whether a pooled output already went through the modules, and why: `dense_in_graph` (checked against the
+        width), else the width, else a trial forward."""
         name = self.model.name
+        after_pool = self.pooler.width
+        final = next((s.width for s in reversed(steps) if s.width), after_pool)
         if width is not None and after_pool is not None and width not in (after_pool, final):
             raise ModelLoadError(f"model '{name}': the graph's pooled output '{self.output}' is {width} wide; the "
                                  f"folder's pooling gives {after_pool} and its modules {final}", model=name)
+        tells = width is not None and after_pool is not None and after_pool != final
+        by_width = width == final if tells else None
         if opts.dense_in_graph is not None:
             if by_width is not None and by_width != opts.dense_in_graph:
                 raise ModelLoadError(f"model '{name}': dense_in_graph is {str(opts.dense_in_graph).lower()} but the "
                                      f"graph's '{self.output}' is {width} wide, the width "
                                      f"{'after' if by_width else 'before'} the Dense modules", model=name)
-            baked, why = opts.dense_in_graph, "dense_in_graph in config"
-        elif by_width is not None:
-            baked, why = by_width, f"the graph's '{self.output}' is {width} wide, the width " \
-                                   f"{'after' if by_width else 'before'} the modules"
-        else:
-            baked, why = self._compare_outputs(steps), "a trial forward compared the graph's outputs"
-        if not baked:
-            return steps, f"{why}: the modules run in rsinfer"
-        last = max(i for i, s in enumerate(steps) if s.weights)
-        return steps[last + 1:], f"{why}: the graph holds them, rsinfer does not run them again"
+            return opts.dense_in_graph, "dense_in_graph in config"
+        if by_width is not None:
+            return by_width, f"the graph's '{self.output}' is {width} wide, the width " \
+                             f"{'after' if by_width else 'before'} the modules"
+        return self._compare_outputs(steps), "a trial forward compared the graph's outputs"
 
     def _compare_outputs(self, steps: list[Step]) -> bool:
         """Whether the graph's pooled output is its token vectors pooled and run through the modules (True) or only

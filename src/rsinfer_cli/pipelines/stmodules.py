@@ -93,18 +93,7 @@ class Pooling:
     def from_config(cls, cfg: Mapping[str, Any], where: str) -> Pooling:
         """`pooling_mode: "mean"` (or a list) with `embedding_dimension` (6.x), or `pooling_mode_*_tokens` flags with
         `word_embedding_dimension` (2.x-5.x); both with `include_prompt`."""
-        raw = cfg.get("pooling_mode")
-        if raw is not None:
-            names = [raw] if isinstance(raw, str) else list(raw) if isinstance(raw, list) else []
-            if not names or not all(isinstance(n, str) for n in names):
-                raise ValueError(f"{where}: pooling_mode must be a mode or a list of modes, got {raw!r}")
-            modes = tuple("last" if n == "lasttoken" else n for n in names)
-            why = f"{where} pooling_mode {raw if isinstance(raw, str) else '+'.join(names)}"
-        else:
-            modes = tuple(mode for flag, mode in LEGACY_FLAGS if cfg.get(flag))
-            flags = [flag for flag, _ in LEGACY_FLAGS if cfg.get(flag)]
-            why = f"{where} {' + '.join(flags)}" if flags else f"{where} sets no mode: masked mean"
-            modes = modes or ("mean",)
+        modes, why = _modes(cfg, where) if cfg.get("pooling_mode") is not None else _legacy_modes(cfg, where)
         bad = [m for m in modes if m not in POOLING_MODES]
         if bad:
             raise ValueError(f"{where}: unknown pooling mode {bad[0]!r} (sentence-transformers knows "
@@ -112,6 +101,23 @@ class Pooling:
         dim = cfg.get("embedding_dimension", cfg.get("word_embedding_dimension"))
         include = cfg.get("include_prompt", True)
         return cls(modes, dim if isinstance(dim, int) and dim > 0 else None, include is not False, why)
+
+
+def _modes(cfg: Mapping[str, Any], where: str) -> tuple[tuple[str, ...], str]:
+    """6.x: `pooling_mode` names a mode or lists several."""
+    raw = cfg["pooling_mode"]
+    names = [raw] if isinstance(raw, str) else list(raw) if isinstance(raw, list) else []
+    if not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{where}: pooling_mode must be a mode or a list of modes, got {raw!r}")
+    return tuple("last" if n == "lasttoken" else n for n in names), f"{where} pooling_mode {'+'.join(names)}"
+
+
+def _legacy_modes(cfg: Mapping[str, Any], where: str) -> tuple[tuple[str, ...], str]:
+    """2.x-5.x: one flag per mode, concatenated in sentence-transformers' order; none set means mean."""
+    flags = [(flag, mode) for flag, mode in LEGACY_FLAGS if cfg.get(flag)]
+    if not flags:
+        return ("mean",), f"{where} sets no mode: masked mean"
+    return tuple(mode for _, mode in flags), f"{where} {' + '.join(flag for flag, _ in flags)}"
 
 
 # ---------------------------------------------------------------- the modules after pooling
@@ -292,59 +298,69 @@ def _read(model: LoadedModel, files: Mapping[str, Path]) -> StFolder | None:
     st_config = _json(files.get("config_sentence_transformers.json"), "config_sentence_transformers.json")
     if raw_modules is None and st_config is None:
         return None
-    pooling: Pooling | None = None
-    steps: list[Step] = []
-    labels: list[str] = []
+    chain = _Chain()
     if raw_modules is not None:
         if not isinstance(raw_modules, list) or not all(isinstance(m, dict) for m in raw_modules):
             raise ValueError("modules.json must be a list of modules ({idx, name, path, type})")
         for i, m in enumerate(raw_modules):
-            type_name, folder = str(m.get("type", "")), str(m.get("path") or "").strip("/")
-            where = f"modules.json module {m.get('idx', i)} ({type_name or 'no type'}, path '{folder}')"
-            kind = module_kind(type_name)
-            if kind is None:
-                raise ValueError(f"{where}: rsinfer does not compute this module (it computes sentence-transformers'"
-                                 f" {', '.join(KNOWN_MODULES)}); serve a graph that contains it, or remove it")
-            cfg = _json(files.get(f"{folder}/config.json"), where) if folder else None
-            cfg = cfg if isinstance(cfg, dict) else {}
-            if kind == "Transformer":
-                if i != 0:
-                    raise ValueError(f"{where}: the Transformer must be the first module")
-                labels.append("Transformer (the ONNX graph)")
-            elif i == 0:
-                raise ValueError(f"{where}: the first module must be the Transformer the ONNX graph holds")
-            elif kind == "Pooling":
-                if pooling is not None or steps:
-                    raise ValueError(f"{where}: one Pooling, right after the Transformer, is what rsinfer computes")
-                pooling = Pooling.from_config(cfg, f"{folder}/config.json")
-                labels.append(f"Pooling {pooling.name}{'' if pooling.include_prompt else ', prompt excluded'} "
-                              f"({folder})")
-            elif pooling is None:
-                raise ValueError(f"{where}: a {kind} before any Pooling works on token vectors; rsinfer serves "
-                                 "sentence embeddings")
-            elif kind == "Dense":
-                steps.append(dense(cfg, files, folder, where))
-            elif kind == "LayerNorm":
-                steps.append(layer_norm(cfg, files, folder, where))
-            elif kind == "Dropout":        # the identity at inference
-                steps.append(Step("Dropout", folder, f"Dropout (identity at inference, {folder})", None,
-                                  lambda x: x))
-            else:
-                steps.append(Step("Normalize", folder, "Normalize", None, l2_normalize))
-            if kind in ("Dense", "LayerNorm", "Dropout", "Normalize"):
-                labels.append(steps[-1].label)
+            chain.add(i, m, files)
     st = st_config if isinstance(st_config, dict) else {}
     raw_prompts = st.get("prompts") or {}
     if not isinstance(raw_prompts, dict) or not all(isinstance(k, str) for k in raw_prompts):
         raise ValueError("config_sentence_transformers.json: prompts must map names to texts")
-    prompts = {k: "" if v is None else str(v) for k, v in raw_prompts.items()}
     default = st.get("default_prompt_name")
     truncate_dim = st.get("truncate_dim")
-    sbert = model.aux.get("sentence_bert_config.json", {})
-    return StFolder(pooling=pooling, steps=tuple(steps), modules=tuple(labels), prompts=prompts,
+    return StFolder(pooling=chain.pooling, steps=tuple(chain.steps), modules=tuple(chain.labels),
+                    prompts={k: "" if v is None else str(v) for k, v in raw_prompts.items()},
                     default_prompt_name=default if isinstance(default, str) and default else None,
                     truncate_dim=truncate_dim if isinstance(truncate_dim, int) and truncate_dim > 0 else None,
-                    do_lower_case=sbert.get("do_lower_case") is True)
+                    do_lower_case=model.aux.get("sentence_bert_config.json", {}).get("do_lower_case") is True)
+
+
+@dataclass
+class _Chain:
+    """modules.json read in order: the Transformer first, one Pooling, then the modules on the sentence vector."""
+
+    pooling: Pooling | None = None
+    steps: list[Step] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+
+    def add(self, i: int, m: Mapping[str, Any], files: Mapping[str, Path]) -> None:
+        type_name, folder = str(m.get("type", "")), str(m.get("path") or "").strip("/")
+        where = f"modules.json module {m.get('idx', i)} ({type_name or 'no type'}, path '{folder}')"
+        kind = module_kind(type_name)
+        if kind is None:
+            raise ValueError(f"{where}: rsinfer does not compute this module (it computes sentence-transformers' "
+                             f"{', '.join(KNOWN_MODULES)}); serve a graph that contains it, or remove it")
+        if (kind == "Transformer") != (i == 0):
+            raise ValueError(f"{where}: the Transformer the ONNX graph holds must be the first module, and only it")
+        cfg = _json(files.get(f"{folder}/config.json"), where) if folder else None
+        cfg = cfg if isinstance(cfg, dict) else {}
+        if kind == "Transformer":
+            self.labels.append("Transformer (the ONNX graph)")
+        elif kind == "Pooling":
+            if self.pooling is not None or self.steps:
+                raise ValueError(f"{where}: one Pooling, right after the Transformer, is what rsinfer computes")
+            self.pooling = Pooling.from_config(cfg, f"{folder}/config.json")
+            self.labels.append(f"Pooling {self.pooling.name}"
+                               f"{'' if self.pooling.include_prompt else ', prompt excluded'} ({folder})")
+        elif self.pooling is None:
+            raise ValueError(f"{where}: a {kind} before any Pooling works on token vectors; rsinfer serves "
+                             "sentence embeddings")
+        else:
+            self.steps.append(_step(kind, cfg, files, folder, where))
+            self.labels.append(self.steps[-1].label)
+
+
+def _step(kind: str, cfg: Mapping[str, Any], files: Mapping[str, Path], folder: str, where: str) -> Step:
+    """A module after pooling."""
+    if kind == "Dense":
+        return dense(cfg, files, folder, where)
+    if kind == "LayerNorm":
+        return layer_norm(cfg, files, folder, where)
+    if kind == "Dropout":              # the identity at inference
+        return Step("Dropout", folder, f"Dropout (identity at inference, {folder})", None, lambda x: x)
+    return Step("Normalize", folder, "Normalize", None, l2_normalize)
 
 
 def prompt_length(tokenizer: Any, prompt: str) -> int:
