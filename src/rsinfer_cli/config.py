@@ -319,36 +319,9 @@ def _convert(tp: Any, value: Any, path: str, meta: dict[str, Any], errs: _Errors
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, path, errs)
     if origin is dict:          # a mapping of names to values (e.g. an embedding model's `prompts`)
-        key_tp, value_tp = typing.get_args(tp)
-        if not isinstance(value, dict):
-            errs.add(path, f"expected a mapping, got {_type_name(value)}")
-            return None
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, key_tp):
-                errs.add(f"{path}.{k}", f"the key must be a string, got {_type_name(k)}")
-                continue
-            conv = _convert(value_tp, v, f"{path}.{k}", meta, errs)
-            if conv is not None:
-                out[k] = conv
-        return out
+        return _convert_mapping(tp, value, path, meta, errs)
     if origin is tuple:
-        (inner, _) = typing.get_args(tp)
-        if isinstance(value, str) or not isinstance(value, list):
-            errs.add(path, f"expected a list, got {_type_name(value)}")
-            return None
-        items = []
-        for i, item in enumerate(value):
-            conv = _convert(inner, item, f"{path}[{i}]", meta, errs)
-            if conv is not None:
-                items.append(conv)
-        if "choices" in meta:
-            seen: set[Any] = set()
-            for i, item in enumerate(items):
-                if item in seen:
-                    errs.add(f"{path}[{i}]", f"duplicate entry '{item}'")
-                seen.add(item)
-        return tuple(items)
+        return _convert_list(tp, value, path, meta, errs)
     ok = {
         bool: isinstance(value, bool),
         int: isinstance(value, int) and not isinstance(value, bool),
@@ -382,6 +355,43 @@ def _convert(tp: Any, value: Any, path: str, meta: dict[str, Any], errs: _Errors
             errs.add(path, f"must be {text} {meta[key]}, got {value!r}")
             return None
     return value
+
+
+def _convert_mapping(tp: Any, value: Any, path: str, meta: dict[str, Any], errs: _Errors) -> Any:
+    """A YAML mapping of string keys, each value converted under `path.key`."""
+    _, value_tp = typing.get_args(tp)
+    if not isinstance(value, dict):
+        errs.add(path, f"expected a mapping, got {_type_name(value)}")
+        return None
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str):
+            errs.add(f"{path}.{k}", f"the key must be a string, got {_type_name(k)}")
+            continue
+        conv = _convert(value_tp, v, f"{path}.{k}", meta, errs)
+        if conv is not None:
+            out[k] = conv
+    return out
+
+
+def _convert_list(tp: Any, value: Any, path: str, meta: dict[str, Any], errs: _Errors) -> Any:
+    """A YAML list as a tuple, each item converted under `path[i]`; with `choices`, no item twice."""
+    (inner, _) = typing.get_args(tp)
+    if isinstance(value, str) or not isinstance(value, list):
+        errs.add(path, f"expected a list, got {_type_name(value)}")
+        return None
+    items = []
+    for i, item in enumerate(value):
+        conv = _convert(inner, item, f"{path}[{i}]", meta, errs)
+        if conv is not None:
+            items.append(conv)
+    if "choices" in meta:
+        seen: set[Any] = set()
+        for i, item in enumerate(items):
+            if item in seen:
+                errs.add(f"{path}[{i}]", f"duplicate entry '{item}'")
+            seen.add(item)
+    return tuple(items)
 
 
 def _build(cls: type, data: Any, path: str, errs: _Errors) -> Any:

@@ -330,6 +330,29 @@ def module_files(modules_json: Path | None, modules_rel: str | None, files: froz
     return out
 
 
+def _aux_files(main: _Files, spec: ModelSource, sources: list[tuple[_Files, str | None]],
+               tokenizer_source: Any) -> tuple[dict[str, Path], dict[str, str]]:
+    """The aux files (tokenizer, configs, a sentence-transformers folder's modules) fetched: name → local path, and
+    name → where each came from. `tokenizer_source()`: the `tokenizer_hf` repo, asked only for what `main` lacks."""
+    aux: dict[str, Path] = {}
+    aux_origin: dict[str, str] = {}
+    for name in AUX_FILES:
+        hit = _find_aux(name, sources)
+        if hit is None and spec.tokenizer_hf:
+            hit = _find_aux(name, [(tokenizer_source(), None)])
+        if hit is None:
+            continue
+        src, rel = hit
+        aux[name] = src.fetch(_safe_rel(rel))
+        aux_origin[name] = f"{src.label}:{rel}"
+    modules = _find_aux("modules.json", [(main, spec.subfolder)])
+    for name, rel in module_files(aux.get("modules.json"), modules[1] if modules else None, main.files):
+        if name not in aux:
+            aux[name] = main.fetch(_safe_rel(rel))
+            aux_origin[name] = f"{main.label}:{rel}"
+    return aux, aux_origin
+
+
 def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress | None = None) -> ResolvedModel:
     """Find (and fetch into the HF cache) the graph, its external data and the aux files of a model."""
     cache = cache_dir or hub_cache_dir()
@@ -364,22 +387,7 @@ def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress
             source += f"+aux:{spec.tokenizer_hf}"
         return tok_src
 
-    aux: dict[str, Path] = {}
-    aux_origin: dict[str, str] = {}
-    for name in AUX_FILES:
-        hit = _find_aux(name, sources)
-        if hit is None and spec.tokenizer_hf:
-            hit = _find_aux(name, [(tokenizer_source(), None)])
-        if hit is None:
-            continue
-        src, rel = hit
-        aux[name] = src.fetch(_safe_rel(rel))
-        aux_origin[name] = f"{src.label}:{rel}"
-    modules = _find_aux("modules.json", [(main, spec.subfolder)])
-    for name, rel in module_files(aux.get("modules.json"), modules[1] if modules else None, main.files):
-        if name not in aux:
-            aux[name] = main.fetch(_safe_rel(rel))
-            aux_origin[name] = f"{main.label}:{rel}"
+    aux, aux_origin = _aux_files(main, spec, sources, tokenizer_source)
     if "tokenizer.json" not in aux and spec.needs_tokenizer:
         extra = f" nor in '{spec.tokenizer_hf}'" if spec.tokenizer_hf else ""
         raise HubError(f"tokenizer.json not found in {main.label} (root, "
