@@ -489,6 +489,24 @@ class TestRedactCli:
                     stdin="mail alex.rivera@example.com now\n\nno pii\n")
         assert plain.stdout == "mail  now\n\nno pii\n"
 
+    def test_plain_detect_missing_fields_and_kept_blank_lines(self, shared_models):
+        """detect --plain writes each non-blank line's entities by line number; a record without its field stops the
+        run after the records before it were written; --allow-missing passes such a record through unchanged; keep
+        writes blank lines back too."""
+        det = cli(shared_models, "detect", "--plain", stdin="mail alex.rivera@example.com now\n\nno pii\n")
+        found = [json.loads(x) for x in det.stdout.splitlines()]
+        assert [f["line"] for f in found] == [1, 3] and found[0]["entities"][0]["entity_type"] == "EMAIL"
+        assert found[1]["entities"] == []
+        lines = jsonl(RECORDS[:2]) + jsonl([{"id": 9}]) + jsonl(RECORDS[2:])
+        stop = cli(shared_models, "redact", "--batch-lines", "8", stdin=lines)
+        assert stop.returncode == 3 and "line 3: no field 'text'" in stop.stderr
+        assert [json.loads(x)["id"] for x in stop.stdout.splitlines()] == [1, 2]
+        through = cli(shared_models, "redact", "--allow-missing", "--batch-lines", "2", stdin=lines)
+        assert [json.loads(x) for x in through.stdout.splitlines()][2] == {"id": 9}
+        assert len(through.stdout.splitlines()) == 4 and "alex" not in through.stdout
+        keep = cli(shared_models, "redact", "--on-error", "keep", stdin=jsonl(RECORDS[1:2]) + "\n" + "{x\n")
+        assert keep.stdout.splitlines()[1:] == ["", "{x"]
+
     def test_bad_options_exit_2(self, shared_models):
         assert cli(shared_models, "redact", "--mode", "zap", stdin="").returncode == 2
         proc = cli(shared_models, "redact", "--types", "EMAIL,SHOE_SIZE", stdin="")

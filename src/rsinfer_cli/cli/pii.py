@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,119 +80,199 @@ def _field_texts(record: dict[str, Any], fields: list[str], where: str,
     return out
 
 
-def _run(*, redacting: bool, input_: Path | None, fields: list[str], plain: bool, on_error: str,
-         allow_missing: bool, mode: str,
-         mask_char: str, replacement: str | None, threshold: float | None, types: str | None, spans: bool,
-         hash_salt: str | None, batch_lines: int, pipe_args: dict[str, Any]) -> None:
-    from ..errors import ConfigError, InputError
-    from ..pipelines.pii import MODES
-    from .common import load_pipeline
-    from .io import parse_json_line, read_lines, set_field, write_jsonl
+@dataclass(frozen=True)
+class Run:
+    """What `redact` or `detect` was asked to do (detect: spans of every field, nothing changed)."""
 
-    if on_error not in ON_ERROR:
-        raise ConfigError(f"--on-error must be one of {', '.join(ON_ERROR)}, got '{on_error}'")
-    if redacting and mode not in MODES:
-        raise ConfigError(f"--mode must be one of {', '.join(MODES)}, got '{mode}'")
-    if len(mask_char) != 1:
-        raise ConfigError(f"--mask-char must be exactly one character, got {mask_char!r}")
-    if replacement is not None and "{type}" not in replacement:
-        raise ConfigError("--replacement must contain {type}, e.g. '<{type}>'")
-    if plain and spans and redacting:
-        raise ConfigError("--spans needs JSONL records; with --plain use `rsinfer detect --plain`")
-    if batch_lines < 1:
-        raise ConfigError(f"--batch-lines must be >= 1, got {batch_lines}")
-    if threshold is not None and not 0.0 <= threshold <= 1.0:
-        raise ConfigError(f"--threshold must be between 0 and 1, got {threshold}")
-    wanted = [t.strip() for t in types.split(",") if t.strip()] if types else None
-    fields = fields or ["text"]
+    redacting: bool
+    fields: tuple[str, ...] = ("text",)
+    plain: bool = False
+    on_error: str = "fail"
+    allow_missing: bool = False
+    mode: str = "mask"
+    mask_char: str = "*"
+    replacement: str | None = None
+    threshold: float | None = None
+    types: tuple[str, ...] | None = None
+    spans: bool = True
+    salt: bytes | None = None
+    batch_lines: int = 256
+
+    def check(self) -> None:
+        """Each flag's own rule, before any model loads (ConfigError naming the flag)."""
+        from ..errors import ConfigError
+        from ..pipelines.pii import MODES
+
+        rules = (
+            (self.on_error in ON_ERROR, f"--on-error must be one of {', '.join(ON_ERROR)}, got '{self.on_error}'"),
+            (not self.redacting or self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got '{self.mode}'"),
+            (len(self.mask_char) == 1, f"--mask-char must be exactly one character, got {self.mask_char!r}"),
+            (self.replacement is None or "{type}" in self.replacement,
+             "--replacement must contain {type}, e.g. '<{type}>'"),
+            (not (self.plain and self.spans and self.redacting),
+             "--spans needs JSONL records; with --plain use `rsinfer detect --plain`"),
+            (self.batch_lines >= 1, f"--batch-lines must be >= 1, got {self.batch_lines}"),
+            (self.threshold is None or 0.0 <= self.threshold <= 1.0,
+             f"--threshold must be between 0 and 1, got {self.threshold}"),
+        )
+        for ok, message in rules:
+            if not ok:
+                raise ConfigError(message)
+
+
+def _run(run: Run, input_: Path | None, pipe_args: dict[str, Any]) -> None:
+    """Lines in, the same lines out in order: each record's fields redacted (or its spans added), `batch_lines` at a
+    time. A bad line (with --on-error fail) or a record without its field stops the run after everything before
+    it was written."""
+    from ..errors import ConfigError, InputError
+    from .common import load_pipeline
+    from .io import read_lines
+
+    run.check()
     lines = read_lines(input_)
     pipe = load_pipeline("pii", flags={"pii_regions": "--regions"}, **pipe_args)
-    if wanted:
-        unknown = sorted(set(wanted) - set(pipe.types))
-        if unknown:
-            raise ConfigError(f"--types: the model has no {', '.join(unknown)} (it has {', '.join(pipe.types)})")
-    salt = hash_salt.encode("utf-8") if hash_salt else None
-    if redacting and mode == "hash" and salt is None and pipe.salt_source.startswith("random"):
+    unknown = sorted(set(run.types or ()) - set(pipe.types))
+    if unknown:
+        raise ConfigError(f"--types: the model has no {', '.join(unknown)} (it has {', '.join(pipe.types)})")
+    if run.redacting and run.mode == "hash" and run.salt is None and pipe.salt_source.startswith("random"):
         print("rsinfer: note: no hash salt configured (--hash-salt or pii_hash_salt); hashes differ between runs",
               file=sys.stderr)
-    skipped: list[int] = []
-    kept = 0
-    pending: list[Item] = []
+    out = _Output(pipe, run)
+    malformed = _Malformed()
+    items = _items(lines, run, malformed)
+    while True:
+        try:
+            item = next(items, None)
+        except InputError:
+            out.flush()              # everything before the bad line is written, in order
+            raise
+        if item is None:
+            break
+        out.add(item)
+    out.flush()
+    malformed.report()
 
-    def flush() -> None:
-        texts = [t for it in pending for _, t in it.texts]
-        shown: list[list[dict[str, Any]]] = []
-        if texts:
-            if redacting:  # --spans shows where each value was and what replaced it, never the value
-                res = pipe.redact(texts, mode=mode, mask_char=mask_char, replacement=replacement,
-                                  threshold=threshold, types=wanted, salt=salt)
-                new = res.texts
-                shown = [[e.to_json() for e in found] for found in res.spans]
-            else:
-                det = pipe.detect(texts, threshold, wanted)
-                new = texts
-                shown = [[e.to_json() for e in found] for found in det.entities]
-        k = 0
-        out = sys.stdout
-        for it in pending:
-            if it.passthrough:
-                out.write(it.raw)
-                continue
-            found = {}
-            for f, _ in it.texts:
-                if it.record is None:
-                    if redacting:
-                        out.write(new[k] + "\n")
-                    else:
-                        write_jsonl({"line": it.lineno, "entities": shown[k]})
-                else:
-                    set_field(it.record, f, new[k])
-                    found[f] = shown[k]
-                k += 1
-            if it.record is None and not it.texts:
-                out.write(it.line + "\n" if redacting else "")
-            if it.record is not None:
-                if spans or not redacting:
-                    it.record[SPANS_KEY] = found
-                write_jsonl(it.record)
-        out.flush()
-        pending.clear()
 
+def _items(lines: Iterable[tuple[int, str, str, str]], run: Run, malformed: _Malformed) -> Iterator[Item]:
+    """One item per line to write back: a plain line, a record and its fields' texts, or a line kept as read."""
     for lineno, line, name, raw in lines:
-        if plain:
-            pending.append(Item(lineno, line, None, [("", line)] if line.strip() else []))
+        if run.plain:
+            yield Item(lineno, line, None, [("", line)] if line.strip() else [])
         elif not line.strip():
-            if on_error == "keep":  # keep means every line, blank ones too, byte for byte
-                pending.append(Item(lineno, line, passthrough=True, raw=raw))
+            if run.on_error == "keep":  # keep means every line, blank ones too, byte for byte
+                yield Item(lineno, line, passthrough=True, raw=raw)
             # otherwise blank lines between JSON records carry nothing
         else:
-            try:
-                record = parse_json_line(line, lineno, name)
-            except InputError as exc:  # malformed: not JSON, or not an object
-                if on_error == "fail":
-                    flush()  # everything before the bad line is written, in order
-                    raise
-                if on_error == "skip":
-                    skipped.append(lineno)
-                    print(f"rsinfer: skipped {exc}", file=sys.stderr)
+            item = _record(lineno, line, name, raw, run, malformed)
+            if item is not None:
+                yield item
+
+
+def _record(lineno: int, line: str, name: str, raw: str, run: Run, malformed: _Malformed) -> Item | None:
+    """A JSON line's item; a malformed one (not JSON, not an object) fails, is skipped or is kept as --on-error
+    says. A record without the field, or with a non-string there: --allow-missing, else an error."""
+    from ..errors import InputError
+    from .io import parse_json_line
+
+    try:
+        record = parse_json_line(line, lineno, name)
+    except InputError as exc:
+        if run.on_error == "fail":
+            raise
+        malformed.note(lineno, exc, kept=run.on_error == "keep")
+        return Item(lineno, line, passthrough=True, raw=raw) if run.on_error == "keep" else None
+    return Item(lineno, line, record, _field_texts(record, list(run.fields), f"{name}: line {lineno}",
+                                                   run.allow_missing))
+
+
+@dataclass
+class _Malformed:
+    """The malformed lines skipped or kept, said on stderr."""
+
+    skipped: list[int] = field(default_factory=list)
+    kept: int = 0
+
+    def note(self, lineno: int, exc: Exception, kept: bool) -> None:
+        if kept:
+            self.kept += 1
+        else:
+            self.skipped.append(lineno)
+            print(f"rsinfer: skipped {exc}", file=sys.stderr)
+
+    def report(self) -> None:
+        if self.skipped:
+            shown = ", ".join(map(str, self.skipped[:20])) + (" …" if len(self.skipped) > 20 else "")
+            print(f"rsinfer: skipped {len(self.skipped)} malformed line(s): {shown}", file=sys.stderr)
+        if self.kept:
+            print(f"rsinfer: kept {self.kept} malformed line(s) unchanged", file=sys.stderr)
+
+
+class _Output:
+    """Items wait here until `batch_lines` of them are redacted (or scanned) together and written in order."""
+
+    def __init__(self, pipe: Any, run: Run) -> None:
+        self.pipe, self.run = pipe, run
+        self.pending: list[Item] = []
+
+    def add(self, item: Item) -> None:
+        self.pending.append(item)
+        if len(self.pending) >= self.run.batch_lines:
+            self.flush()
+
+    def flush(self) -> None:
+        new, shown = self._answer([t for it in self.pending for _, t in it.texts])
+        k = 0
+        for it in self.pending:
+            k = self._write(it, new, shown, k)
+        sys.stdout.flush()
+        self.pending.clear()
+
+    def _answer(self, texts: list[str]) -> tuple[list[str], list[list[dict[str, Any]]]]:
+        """Each text's new value and its spans (--spans shows where each value was and what replaced it, never the
+        value)."""
+        run = self.run
+        if not texts:
+            return [], []
+        if run.redacting:
+            res = self.pipe.redact(texts, mode=run.mode, mask_char=run.mask_char, replacement=run.replacement,
+                                   threshold=run.threshold, types=run.types, salt=run.salt)
+            return res.texts, [[e.to_json() for e in found] for found in res.spans]
+        det = self.pipe.detect(texts, run.threshold, run.types)
+        return texts, [[e.to_json() for e in found] for found in det.entities]
+
+    def _write(self, it: Item, new: list[str], shown: list[list[dict[str, Any]]], k: int) -> int:
+        """One item written back; returns the index of the next item's first text."""
+        from .io import set_field, write_jsonl
+
+        run, out = self.run, sys.stdout
+        if it.passthrough:
+            out.write(it.raw)
+            return k
+        if it.record is None:           # a plain line: its new text, or its spans
+            for _ in it.texts:
+                if run.redacting:
+                    out.write(new[k] + "\n")
                 else:
-                    kept += 1
-                    pending.append(Item(lineno, line, passthrough=True, raw=raw))
-                continue
-            try:  # a record without the field, or with a non-string there: --allow-missing, else an error
-                texts = _field_texts(record, fields, f"{name}: line {lineno}", allow_missing)
-            except InputError:
-                flush()
-                raise
-            pending.append(Item(lineno, line, record, texts))
-        if len(pending) >= batch_lines:
-            flush()
-    flush()
-    if skipped:
-        shown = ", ".join(map(str, skipped[:20])) + (" …" if len(skipped) > 20 else "")
-        print(f"rsinfer: skipped {len(skipped)} malformed line(s): {shown}", file=sys.stderr)
-    if kept:
-        print(f"rsinfer: kept {kept} malformed line(s) unchanged", file=sys.stderr)
+                    write_jsonl({"line": it.lineno, "entities": shown[k]})
+                k += 1
+            if not it.texts and run.redacting:
+                out.write(it.line + "\n")
+            return k
+        found = {}
+        for f, _ in it.texts:
+            set_field(it.record, f, new[k])
+            found[f] = shown[k]
+            k += 1
+        if run.spans or not run.redacting:
+            it.record[SPANS_KEY] = found
+        write_jsonl(it.record)
+        return k
+
+
+def _types(value: str | None) -> tuple[str, ...] | None:
+    """--types: entity types, comma-separated (none given: every type)."""
+    wanted = tuple(t.strip() for t in value.split(",") if t.strip()) if value else ()
+    return wanted or None
 
 
 def _regions(value: str | None) -> tuple[str, ...] | None:
@@ -222,12 +303,12 @@ def redact_cmd(
     revision: str = REVISION_OPT,
     dtype: str = DTYPE_OPT,
 ) -> None:
-    _run(redacting=True, input_=input_, fields=list(fields or []), plain=plain, on_error=on_error,
-         allow_missing=allow_missing, mode=mode,
-         mask_char=mask_char, replacement=replacement, threshold=threshold, types=types, spans=spans,
-         hash_salt=hash_salt, batch_lines=batch_lines,
-         pipe_args={"name": model, "config": config, "path": path, "hf": hf, "revision": revision, "dtype": dtype,
-                    "pii_regions": _regions(regions)})
+    run = Run(redacting=True, fields=tuple(fields or ("text",)), plain=plain, on_error=on_error,
+              allow_missing=allow_missing, mode=mode, mask_char=mask_char, replacement=replacement,
+              threshold=threshold, types=_types(types), spans=spans,
+              salt=hash_salt.encode("utf-8") if hash_salt else None, batch_lines=batch_lines)
+    _run(run, input_, {"name": model, "config": config, "path": path, "hf": hf, "revision": revision,
+                       "dtype": dtype, "pii_regions": _regions(regions)})
 
 
 def detect_cmd(
@@ -247,12 +328,10 @@ def detect_cmd(
     revision: str = REVISION_OPT,
     dtype: str = DTYPE_OPT,
 ) -> None:
-    _run(redacting=False, input_=input_, fields=list(fields or []), plain=plain, on_error=on_error,
-         allow_missing=allow_missing, mode="mask",
-         mask_char="*", replacement=None, threshold=threshold, types=types, spans=True, hash_salt=None,
-         batch_lines=batch_lines,
-         pipe_args={"name": model, "config": config, "path": path, "hf": hf, "revision": revision, "dtype": dtype,
-                    "pii_regions": _regions(regions)})
+    run = Run(redacting=False, fields=tuple(fields or ("text",)), plain=plain, on_error=on_error,
+              allow_missing=allow_missing, threshold=threshold, types=_types(types), batch_lines=batch_lines)
+    _run(run, input_, {"name": model, "config": config, "path": path, "hf": hf, "revision": revision,
+                       "dtype": dtype, "pii_regions": _regions(regions)})
 
 
 redact_cmd.__doc__ = (__doc__ or "") + EXAMPLES
