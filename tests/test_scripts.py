@@ -1,4 +1,4 @@
-"""Script models (`kind: tensor`, engine/scripts.py): nereid's per-request contract for python (main.py in its own
+"""Script models (`kind: tensor`, engine/scripts/): nereid's per-request contract for python (main.py in its own
 venv) and exec (main.cpp compiled at start-up, a prebuilt `model`), driven by the real tritonclient over HTTP
 and gRPC and by /infer; every way a model can fail a request, with the server and its other models answering
 throughout; the folder contract (model_inference.textproto) and backend detection, with their errors."""

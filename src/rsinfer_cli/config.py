@@ -201,7 +201,7 @@ class ModelConfig:
     # ONNX Runtime's own log level for this model's sessions
     ort_log_level: str = _opt("warn", choices=("verbose", "info", "warn", "warning", "error", "fatal"))
     max_batch_size: int = _opt(0, ge=0)    # tensor: > 0 makes dimension 0 the batch (batched up to this many rows)
-    # tensor: what serves the folder (engine/scripts.py): auto (from its files) | onnx | python | exec (nereid: cpp)
+    # tensor: what serves the folder (engine/scripts/): auto (from its files) | onnx | python | exec (nereid: cpp)
     backend: str = _opt("auto", choices=("auto", "onnx", "python", "exec", "cpp"))
     # cross-request batching of this model's rows (below)
     batching: BatchingConfig = field(default_factory=BatchingConfig)

@@ -112,7 +112,7 @@ class LoadedModel:
     stats: dict[str, Any] = field(default_factory=dict)
     threads: ModelThreads = field(default_factory=lambda: ModelThreads(lanes=1, threads=1, sessions=1))
     wide: Session | None = None        # the latency lane: every CPU on one forward that runs alone
-    backend: str = "onnx"              # onnx, or a script model's python | exec (engine/scripts.py)
+    backend: str = "onnx"              # onnx, or a script model's python | exec (engine/scripts/)
     program: str | None = None         # a script model: what runs (venv, compiled executable)
 
     @property
@@ -248,31 +248,29 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
 
 def load_script(cfg: ModelConfig, server: ServerConfig, backend: str, threads: ModelThreads | None = None
                 ) -> LoadedModel:
-    """A script model (engine/scripts.py): its folder's contract, its program built (venv, compiler), and one
+    """A script model (engine/scripts/): its folder's contract, its program built (venv, compiler), and one
     process-per-forward session shared by its lanes. No trial forward: a model's code may not take zeros."""
     import dataclasses
 
     from .scripts import CONTRACT_FILE as CONTRACT
-    from .scripts import ProcessSession, WorkerSession, exec_program, long_lived, python_program, read_contract
+    from .scripts import backend as script_impl
+    from .scripts import read_contract
 
     assert cfg.path is not None
     folder = Path(cfg.path).expanduser()
     t0 = time.perf_counter()
     contract = read_contract(folder, cfg.name)
-    argv, program = (python_program if backend == "python" else exec_program)(folder, cfg.name)
+    impl = script_impl(backend)
+    argv, program = impl.program(folder, cfg.name)
     if threads is None:
         threads = plan_models([cfg], server).models[cfg.key]
-    timeout_s = server.request_timeout_ms / 1000
-    sessions: list[Session]
-    if backend == "python" and long_lived(folder):    # infer() imported once in one process per lane
-        sessions = [WorkerSession(cfg.name, folder, argv[0], contract, timeout_s) for _ in range(threads.lanes)]
+    sessions, how = impl.sessions(cfg.name, folder, argv, contract, server.request_timeout_ms / 1000, threads.lanes)
+    program += how
+    if len({id(s) for s in sessions}) > 1:      # a session of its own per lane (a long-lived process each)
         threads = dataclasses.replace(threads, sessions=threads.lanes)
-        program += f", long-lived: infer() in {threads.lanes} process{'es' if threads.lanes > 1 else ''}"
-    else:                                             # nereid's contract: one process per forward
-        sessions = [ProcessSession(cfg.name, folder, argv, contract, timeout_s, backend)] * threads.lanes
     if not cfg.max_batch_size and contract.max_batch_size:   # the folder's own limit, unless the config sets one
         cfg = dataclasses.replace(cfg, max_batch_size=contract.max_batch_size)
-    main_file = "main.py" if backend == "python" else "model"
+    main_file = impl.main_file
     graph_path = folder / main_file
     resolved = ResolvedModel(source=cfg.source, graph_file=main_file, graph_path=graph_path,
                              graph_reason=f"backend {backend}" + (" (from `backend:`)" if cfg.backend != "auto"

@@ -175,7 +175,7 @@ class ModelThreads:
 
 def model_threads(cfg: ModelConfig, cpus: int, on_cpu: bool, script: bool = False) -> ModelThreads:
     """One model's threads: its config where it sets them, else the plan (module docstring). A script model
-    (engine/scripts.py) runs `replicas` forwards at once (default one per CPU), each a process of its own."""
+    (engine/scripts/) runs `replicas` forwards at once (default one per CPU), each a process of its own."""
     replicas, threads = cfg.replicas, cfg.intra_threads
     if script:
         return ModelThreads(lanes=replicas or cpus, threads=1, sessions=1, source="script")
