@@ -454,7 +454,7 @@ class TestInlineForwards:
         import threading
 
         from rsinfer_cli.engine import scheduler as sched
-        from rsinfer_cli.engine.scheduler import REQUEST_STATS
+        from rsinfer_cli.engine.scheduler import REQUEST_RECORD, RequestRecord
 
         calls: list[tuple[int, list[str]]] = []
         seen: list[tuple] = []
@@ -482,12 +482,13 @@ class TestInlineForwards:
             assert s.now()
             seen.clear()
             calls.clear()
-            stats: dict = {}
-            REQUEST_STATS.set(stats)
+            stats = RequestRecord()
+            REQUEST_RECORD.set(stats)
             assert s.run_now(["a"], [7]) == ["A"]
             assert calls == [(threading.get_ident(), ["a"])]     # one forward, on this (the loop's) thread
             assert seen == [("waited", 0.0), ("forward", 1, 7, True)]
-            assert stats["queue_ms"] == 0.0 and stats["inference_ms"] >= 0 and len(stats["t_forward"]) == 2
+            assert stats.queue_ms == 0.0 and stats.inference_ms is not None and stats.inference_ms >= 0
+            assert stats.t_forward is not None and len(stats.t_forward) == 2
             assert s.running == 0 and sorted(s._idle) == ["s1", "s2"]
             with pytest.raises(RuntimeError, match="boom"):
                 s.run_now(["boom"], [1])

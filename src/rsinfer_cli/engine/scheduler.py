@@ -95,10 +95,39 @@ INLINE_FORWARD_S = 100e-6
 INLINE_AFTER = 16           # forwards measured (on worker threads) before that is decided
 PROBE_GAP = (32, 4096)      # forwards between two probes on the loop: the first gap, the longest after failures
 
-# a request's own numbers, for its log line: the caller (the HTTP middleware) sets a dict here, and every job of the
-# request adds its queue wait and forward time (ms) to it
-REQUEST_STATS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("rsinfer_request_stats",
-                                                                                      default=None)
+@dataclass(slots=True)
+class RequestRecord:
+    """One request's own numbers (TEI's ResponseMetadata): the front that serves it (the HTTP middleware) makes one
+    and sets it in REQUEST_RECORD; the core notes its model, rows, cache status and post-processing, and every job of
+    the request its queue wait and forward time. Its timing headers, access line, spans and metrics read these
+    fields; a field nobody set stays None (and out of the access line)."""
+
+    body_bytes: int | None = None                # the body's size, when the front knows it
+    model: str | None = None                     # the model's key, once the core has the request
+    cache: str | None = None                     # hit | partial | miss, with a row cache
+    rows: int | None = None
+    queue_ms: float | None = None
+    inference_ms: float | None = None
+    postprocess_ms: float | None = None
+    t_tokenize: tuple[float, float] | None = None   # perf_counter spans, for traces and the tokenization header
+    t_queue: tuple[float, float] | None = None
+    t_forward: tuple[float, float] | None = None
+
+    def log_fields(self) -> dict[str, Any]:
+        """The fields of the access line: those set, milliseconds rounded to µs, no perf_counter spans."""
+        out: dict[str, Any] = {}
+        for name in _LOGGED:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = round(value, 3) if isinstance(value, float) else value
+        return out
+
+
+_LOGGED = ("body_bytes", "model", "cache", "rows", "queue_ms", "inference_ms", "postprocess_ms")
+
+# the request's record: set by the caller (the HTTP middleware), written by the core and by every job of the request
+REQUEST_RECORD: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar("rsinfer_request_record",
+                                                                                     default=None)
 
 
 class Cancelled(Exception):
@@ -176,15 +205,15 @@ def as_is(outputs: list[Any]) -> list[Any]:
 
 
 def _record(enqueued: float, started: float, forward_s: float, forwards: tuple[float, float] | None) -> None:
-    """A job's queue wait and forward time into its request's timing record (REQUEST_STATS, when the caller set
-    one): milliseconds for the access line and headers, perf_counter spans for traces."""
-    stats = REQUEST_STATS.get()
-    if stats is not None:
-        stats["queue_ms"] = stats.get("queue_ms", 0.0) + (started - enqueued) * 1000
-        stats["inference_ms"] = stats.get("inference_ms", 0.0) + forward_s * 1000
-        stats["t_queue"] = (enqueued, started)
+    """A job's queue wait and forward time into its request's record (REQUEST_RECORD, when the caller set one):
+    milliseconds for the access line and headers, perf_counter spans for traces."""
+    record = REQUEST_RECORD.get()
+    if record is not None:
+        record.queue_ms = (record.queue_ms or 0.0) + (started - enqueued) * 1000
+        record.inference_ms = (record.inference_ms or 0.0) + forward_s * 1000
+        record.t_queue = (enqueued, started)
         if forwards is not None:
-            stats["t_forward"] = forwards
+            record.t_forward = forwards
 
 
 def run_rows(runner: Runner, rows: Sequence[P], costs: Sequence[int], *, max_rows: int, max_tokens: int,

@@ -1,7 +1,7 @@
 """The transport-free inference core (what TEI's `core::Infer` is): a request's plan → its answer, for every front
 that serves requests - the HTTP routes, KServe gRPC and the front end of the worker split. It owns the row-cache
 lookup, the path choice (the whole request on a free replica now, or tokenized and queued to batch with others), the
-timing record of the request (tokenize, queue, inference, post-processing: `REQUEST_STATS` and the pipeline's
+record of the request (tokenize, queue, inference, post-processing: `REQUEST_RECORD` and the pipeline's
 `Timing`) and what the metrics hear of it. Cancellation is the scheduler's: a caller that goes away (its task
 cancelled) takes its queued rows with it. Nothing here knows HTTP or gRPC; the one-shot CLI runs the same rows through
 `RowPipeline.run` on one replica."""
@@ -17,17 +17,12 @@ from typing import Any, Protocol, TypeVar
 
 from ..engine.cache import Cache
 from ..engine.model import LoadedModel
-from ..engine.scheduler import REQUEST_STATS, ModelQueue, Runner, as_is
+from ..engine.scheduler import REQUEST_RECORD, ModelQueue, RequestRecord, Runner, as_is
 from .base import Cached, RowPipeline, Timing, Work
 
 R = TypeVar("R")
-# What the core reads from and writes to the request's timing record (REQUEST_STATS, when its front keeps one) besides
-# times: the body's size, when the front knows it (a front-end process tokenizes and post-processes a request this
-# small on its event loop, where a thread hop would cost more than the work), and how its rows came out of the row
-# cache (hit | partial | miss: the HTTP front's `x-rsinfer-cache` header). Entries of the record, not context
-# variables of their own: a request sets one context variable for all of them.
-BODY_BYTES = "body_bytes"
-CACHE_STATUS = "cache"
+# a front-end process (server.workers > 1) tokenizes and post-processes a request this small (its record's
+# body_bytes) on its event loop, where a thread hop would cost more than the work
 INLINE_BYTES = 4096
 
 
@@ -52,7 +47,7 @@ class Inference:
         self.cache = cache
         self.min_inference_ms = min_inference_ms   # cache a request's rows only if their forwards took this long
         # a front-end process (server.workers > 1): the forwards run elsewhere, so a small request is tokenized and
-        # answered here (BODY_BYTES), a large one on the prep pool, never holding the loop for long
+        # answered here (its record's body_bytes), a large one on the prep pool, never holding the loop for long
         self.inline_prep = inline_prep
 
     async def infer(self, model: LoadedModel, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
@@ -64,9 +59,9 @@ class Inference:
         key = model.key
         pipe = self.pipelines[key]
         queue = self.queues[key]
-        stats = REQUEST_STATS.get()
+        stats = REQUEST_RECORD.get()
         if stats is not None:
-            stats["model"] = key
+            stats.model = key
         if self.cache is not None and model.config.cache:
             return await self._cached(model, pipe, queue, _stamped(plan, stats), args, kwargs)
         if queue.now():
@@ -76,7 +71,7 @@ class Inference:
             return result
         plan = _stamped(plan, stats)
         if self.inline_prep:
-            body = stats.get(BODY_BYTES) if stats is not None else None
+            body = stats.body_bytes if stats is not None else None
             loop = asyncio.get_running_loop()
             if body is not None and body <= INLINE_BYTES:
                 work = plan(*args, **kwargs)
@@ -108,7 +103,7 @@ class Inference:
         assert self.cache is not None
         cache = self.cache
         loop = asyncio.get_running_loop()
-        stats = REQUEST_STATS.get()
+        stats = REQUEST_RECORD.get()
 
         def keyed() -> tuple[Work[R], list[bytes]]:
             work = plan(*args, **kwargs)
@@ -117,7 +112,7 @@ class Inference:
         work, keys = await loop.run_in_executor(self.prep, keyed)
         split = Cached(work, await cache.aget_many(keys), keys)
         if stats is not None:
-            stats[CACHE_STATUS] = split.status
+            stats.cache = split.status
         self.observer.cache_lookup(model.name, len(work.rows) - split.misses, split.misses)
         if not split.missing:
             result: R = await loop.run_in_executor(self.prep, _finish, work, split.outputs, stats)
@@ -132,10 +127,10 @@ class Inference:
         self._observed(model, work.timing, stats)
         return result
 
-    def _observed(self, model: LoadedModel, timing: Timing, stats: dict[str, Any] | None) -> None:
+    def _observed(self, model: LoadedModel, timing: Timing, stats: RequestRecord | None) -> None:
         self.observer.observe_request(model.name, model.version or "", timing)
         if stats is not None:
-            stats["rows"] = stats.get("rows", 0) + timing.rows
+            stats.rows = (stats.rows or 0) + timing.rows
 
     def queue_stats(self, models: dict[str, LoadedModel]) -> list[tuple[str, str, int, int, int]]:
         """(model, version, requests waiting, rows queued, forwards running)."""
@@ -143,17 +138,17 @@ class Inference:
                 for key, q in self.queues.items()]
 
 
-def _finish(work: Work[R], outputs: list[Any], stats: dict[str, Any] | None = None) -> R:
-    """The answer from the rows' outputs, its post-processing time in the request's timing record."""
+def _finish(work: Work[R], outputs: list[Any], stats: RequestRecord | None = None) -> R:
+    """The answer from the rows' outputs, its post-processing time in the request's record."""
     t0 = time.perf_counter()
     try:
         return work.finish(outputs)
     finally:
         if stats is not None:
-            stats["postprocess_ms"] = stats.get("postprocess_ms", 0.0) + (time.perf_counter() - t0) * 1000
+            stats.postprocess_ms = (stats.postprocess_ms or 0.0) + (time.perf_counter() - t0) * 1000
 
 
-def _planned(plan: Callable[..., Work[R]], stats: dict[str, Any] | None, args: Any, kwargs: Any) -> Work[R]:
+def _planned(plan: Callable[..., Work[R]], stats: RequestRecord | None, args: Any, kwargs: Any) -> Work[R]:
     """plan(*args, **kwargs), its perf_counter start and end in the request's timing record (for traces and the
     tokenization header) when there is one."""
     t0 = time.perf_counter()
@@ -161,10 +156,10 @@ def _planned(plan: Callable[..., Work[R]], stats: dict[str, Any] | None, args: A
         return plan(*args, **kwargs)
     finally:
         if stats is not None:
-            stats["t_tokenize"] = (t0, time.perf_counter())
+            stats.t_tokenize = (t0, time.perf_counter())
 
 
-def _stamped(plan: Callable[..., Work[R]], stats: dict[str, Any] | None) -> Callable[..., Work[R]]:
+def _stamped(plan: Callable[..., Work[R]], stats: RequestRecord | None) -> Callable[..., Work[R]]:
     """`plan` as a function of its own arguments (for another thread) that stamps its time as `_planned` does."""
     if stats is None:
         return plan

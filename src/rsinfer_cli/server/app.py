@@ -19,11 +19,10 @@ from .. import families
 from ..config import Config
 from ..engine.cache import RedisCache
 from ..engine.registry import Registry
-from ..engine.scheduler import REQUEST_STATS, ModelQueue, Scheduler
+from ..engine.scheduler import REQUEST_RECORD, ModelQueue, RequestRecord, Scheduler
 from ..engine.threads import CpuBudget
 from ..errors import ConfigError
 from ..pipelines import build_pipeline
-from ..pipelines.infer import BODY_BYTES, CACHE_STATUS
 from .errors import RateLimited, RequestTimeout, Unauthorized, response_for, status_for
 from .logs import ACCESS, REQUEST_ID, request_id
 from .logs import access as log_access
@@ -70,8 +69,8 @@ def front(config: Config, metrics: Metrics, limiter: RateLimiter | None = None, 
         route = route_label(request)       # the matched template: once per request
         rid = request_id(request.headers.get("x-request-id"))
         REQUEST_ID.set(rid)
-        stats: dict[str, Any] = {BODY_BYTES: length}    # the request's timing record, new for each request
-        REQUEST_STATS.set(stats)
+        stats = RequestRecord(body_bytes=length)      # the request's record, new for each request
+        REQUEST_RECORD.set(stats)
         try:
             try:
                 key_index = None
@@ -118,10 +117,9 @@ def front(config: Config, metrics: Metrics, limiter: RateLimiter | None = None, 
             headers = response.headers
             if limit_headers is not None:
                 headers.update(limit_headers)
-            cached = stats.get(CACHE_STATUS)
-            if cached is not None:
-                headers["x-rsinfer-cache"] = cached
-            if "model" in stats and not response.prepared:
+            if stats.cache is not None:
+                headers["x-rsinfer-cache"] = stats.cache
+            if stats.model is not None and not response.prepared:
                 extra = timing_headers(stats, time.perf_counter() - t0)
                 extra["x-request-id"] = rid
                 headers.update(extra)      # one update of the multidict for all of them
@@ -135,7 +133,7 @@ def front(config: Config, metrics: Metrics, limiter: RateLimiter | None = None, 
             if tracing is not None:
                 tracing.request(request.headers, f"{request.method} {route}", t0, t0 + elapsed, {
                     "http.request.method": request.method, "http.route": route, "http.response.status_code": status,
-                    "rsinfer.request_id": rid, "rsinfer.model": stats.get("model"), "rsinfer.rows": stats.get("rows")},
+                    "rsinfer.request_id": rid, "rsinfer.model": stats.model, "rsinfer.rows": stats.rows},
                     stats)
             if access and ACCESS.isEnabledFor(logging.INFO):
                 _access_line(request, route, status, elapsed, stats)
@@ -189,33 +187,29 @@ class Deadlines:
             self._sweeping = False
 
 
-def _access_line(request: web.Request, route: str, status: int, elapsed: float, stats: dict[str, Any]) -> None:
+def _access_line(request: web.Request, route: str, status: int, elapsed: float, stats: RequestRecord) -> None:
     """The request's access line (a function of its own: a closure inside the middleware would turn its locals into
     cells, slower on every access)."""
     method = request.method
 
     def fields() -> dict[str, Any]:     # made only for a format that prints them (JSON)
-        out = {"method": method, "route": route, "status": status, "duration_ms": round(elapsed * 1000, 3),
-               "client": request.remote}
-        for k, v in stats.items():
-            if not k.startswith("t_"):
-                out[k] = round(v, 3) if isinstance(v, float) else v
-        return out
+        return {"method": method, "route": route, "status": status, "duration_ms": round(elapsed * 1000, 3),
+                "client": request.remote, **stats.log_fields()}
 
     log_access(f"{method} {route} {status} {elapsed * 1000:.1f}ms", fields)
 
 
-def timing_headers(stats: dict[str, Any], total_s: float) -> dict[str, str]:
-    """TEI's timing headers (milliseconds) from the request's one timing record: the same numbers as its log line,
-    its spans and the metrics. Queue and inference times are the engine's, absent in a front-end process."""
+def timing_headers(stats: RequestRecord, total_s: float) -> dict[str, str]:
+    """TEI's timing headers (milliseconds) from the request's one record: the same numbers as its log line, its
+    spans and the metrics. Queue and inference times are the engine's, absent in a front-end process."""
     out = {"x-compute-time": f"{total_s * 1000:.3f}"}
-    tok = stats.get("t_tokenize")
+    tok = stats.t_tokenize
     if tok:
         out["x-tokenization-time"] = f"{(tok[1] - tok[0]) * 1000:.3f}"
-    if "queue_ms" in stats:
-        out["x-queue-time"] = f"{stats['queue_ms']:.3f}"
-    if "inference_ms" in stats:
-        out["x-inference-time"] = f"{stats['inference_ms']:.3f}"
+    if stats.queue_ms is not None:
+        out["x-queue-time"] = f"{stats.queue_ms:.3f}"
+    if stats.inference_ms is not None:
+        out["x-inference-time"] = f"{stats.inference_ms:.3f}"
     return out
 
 

@@ -35,7 +35,7 @@ class ServerState:
     draining: list[asyncio.Future[Any]] = field(default_factory=list)   # other fronts' drains, awaited at stop
     cache: Cache | None = None
     # a front-end process (server.workers > 1): the forwards run elsewhere, so a small request is tokenized and
-    # answered on the event loop (its body's size: pipelines/infer.BODY_BYTES), a large one on the prep pool, never
+    # answered on the event loop (its body's size: the request record's body_bytes), a large one on the prep pool, never
     # holding the loop for long
     inline_prep: bool = False
     unready: Callable[[], str | None] | None = None      # why this server is not ready (front ends: the engine,

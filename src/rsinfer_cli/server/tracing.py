@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import Config
+from ..engine.scheduler import RequestRecord
 from ..errors import ConfigError
 
 # perf_counter → wall-clock nanoseconds (spans need epoch times; requests stamp perf_counter)
@@ -51,7 +52,7 @@ class Tracing:
         self._in = set_span_in_context
 
     def request(self, headers: Mapping[str, str], name: str, start: float, end: float,
-                attributes: dict[str, Any], stats: Mapping[str, Any]) -> None:
+                attributes: dict[str, Any], stats: RequestRecord) -> None:
         """The request's span and its children, from perf_counter times."""
         parent = self.propagator.extract({k.lower(): v for k, v in headers.items() if k.lower() in
                                           ("traceparent", "tracestate")})
@@ -61,12 +62,12 @@ class Tracing:
             inside = self._in(span)
             last = start
             for child in ("tokenize", "queue", "forward"):
-                times = stats.get(f"t_{child}")
+                times = getattr(stats, f"t_{child}")
                 if times and times[1] >= times[0]:
                     self.tracer.start_span(f"rsinfer.{child}", context=inside, start_time=_ns(times[0])) \
                         .end(end_time=_ns(times[1]))
                     last = max(last, times[1])
-            if stats.get("t_forward") or stats.get("t_tokenize"):
+            if stats.t_forward or stats.t_tokenize:
                 self.tracer.start_span("rsinfer.postprocess", context=inside, start_time=_ns(last)) \
                     .end(end_time=_ns(end))
         span.end(end_time=_ns(end))
