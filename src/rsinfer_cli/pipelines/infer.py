@@ -13,7 +13,7 @@ import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from ..engine.cache import Cache
 from ..engine.model import LoadedModel
@@ -21,6 +21,8 @@ from ..engine.scheduler import REQUEST_RECORD, ModelQueue, RequestRecord, Runner
 from .base import Cached, RowPipeline, Timing, Work
 
 R = TypeVar("R")
+# a family's plan's own parameters, carried through every layer to it: what a route passes is checked against them
+PlanArgs = ParamSpec("PlanArgs")
 # a front-end process (server.workers > 1) tokenizes and post-processes a request this small (its record's
 # body_bytes) on its event loop, where a thread hop would cost more than the work
 INLINE_BYTES = 4096
@@ -50,7 +52,8 @@ class Inference:
         # answered here (its record's body_bytes), a large one on the prep pool, never holding the loop for long
         self.inline_prep = inline_prep
 
-    async def infer(self, model: LoadedModel, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
+    async def infer(self, model: LoadedModel, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args,
+                    **kwargs: PlanArgs.kwargs) -> R:
         """plan(*args, **kwargs) → Work, its rows run, its answer built. When a replica is free (or batching is off):
         all of it in one thread hop on that replica - there is nothing to batch with. Else tokenized on the prep
         pool, then the rows join the model's batching queue, and the worker that runs the request's last forward
@@ -159,12 +162,12 @@ def _planned(plan: Callable[..., Work[R]], stats: RequestRecord | None, args: An
             stats.t_tokenize = (t0, time.perf_counter())
 
 
-def _stamped(plan: Callable[..., Work[R]], stats: RequestRecord | None) -> Callable[..., Work[R]]:
+def _stamped(plan: Callable[PlanArgs, Work[R]], stats: RequestRecord | None) -> Callable[PlanArgs, Work[R]]:
     """`plan` as a function of its own arguments (for another thread) that stamps its time as `_planned` does."""
     if stats is None:
         return plan
 
-    def timed(*args: Any, **kwargs: Any) -> Work[R]:
+    def timed(*args: PlanArgs.args, **kwargs: PlanArgs.kwargs) -> Work[R]:
         return _planned(plan, stats, args, kwargs)
 
     return timed

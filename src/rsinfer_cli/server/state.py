@@ -16,7 +16,7 @@ from ..engine.model import LoadedModel
 from ..engine.registry import Registry
 from ..engine.scheduler import ModelQueue
 from ..pipelines.base import RowPipeline, Work
-from ..pipelines.infer import Inference
+from ..pipelines.infer import Inference, PlanArgs
 from .metrics import Metrics
 
 R = TypeVar("R")
@@ -61,7 +61,8 @@ class ServerState:
             return "draining: the server is shutting down"
         return self.unready() if self.unready is not None else None
 
-    async def infer(self, model: LoadedModel, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
+    async def infer(self, model: LoadedModel, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args,
+                    **kwargs: PlanArgs.kwargs) -> R:
         """The request through the inference core (pipelines/infer.py), which every front shares."""
         return await self.core.infer(model, plan, *args, **kwargs)
 

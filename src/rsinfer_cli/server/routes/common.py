@@ -15,6 +15,7 @@ from ...engine.model import LoadedModel
 from ...errors import InputError
 from ...jsonio import dumps
 from ...pipelines.base import RowPipeline, Work
+from ...pipelines.infer import PlanArgs
 from ..errors import RequestValidationError
 from ..state import ServerState
 
@@ -68,7 +69,9 @@ class Call(Generic[Q]):
             raise TypeError(f"model '{self.model.name}' has a {type(pipe).__name__}, not a {kind.__name__}")
         return pipe
 
-    async def infer(self, plan: Callable[..., Work[R]], *args: Any, **kwargs: Any) -> R:
+    async def infer(self, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args, **kwargs: PlanArgs.kwargs) -> R:
+        """The request through the inference core: `plan(*args, **kwargs)` - a family's plan and what its route
+        passes it, checked by mypy against the plan's own signature."""
         return await self.state.infer(self.model, plan, *args, **kwargs)
 
 
