@@ -68,8 +68,8 @@ def embed_cmd(
     first = next(records, None)  # validate the input before loading the model
     pipe = load_pipeline("embedding", name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
                          max_rows=batch_size)
-    pipe.check_dimensions(dimensions)
-    pipe.prompt_text(prompt_name, prompt)   # an unknown prompt name fails before any text is read
+    pipe.check_dimensions(dimensions)       # a bad --dimensions or prompt name fails before any text is read
+    pipe.prompt_text(prompt_name, prompt)
     writer = None
     stream = (r for r in ([first] if first else []))
 

@@ -374,7 +374,7 @@ class EmbeddingPipeline(TextPipeline):
 
     def check_dimensions(self, dimensions: int | None) -> None:
         """A request's `dimensions` must be 1..the model's output size, and one of its Matryoshka sizes when it has
-        them (checked before any work)."""
+        them: the one check of the option, the first thing `plan` does (the CLI calls it before reading input)."""
         if dimensions is None:
             return
         if not 0 < dimensions <= (self.dim or 1 << 30):
@@ -394,7 +394,7 @@ class EmbeddingPipeline(TextPipeline):
         if unit:
             vectors = l2_normalize(vectors)
         if dimensions is not None:
-            if dimensions <= 0 or dimensions > vectors.shape[1]:
+            if dimensions > vectors.shape[1]:     # plan checked it against the width known at load; this one was not
                 raise InputError(f"`dimensions` must be between 1 and {vectors.shape[1]} for model "
                                  f"'{self.model.name}', got {dimensions}", param="dimensions")
             if dimensions < vectors.shape[1]:

@@ -149,7 +149,6 @@ async def openai_embeddings(request: web.Request) -> web.Response:
     call = await begin(request, "embedding", EmbeddingsRequest)
     req, model, pipe = call.req, call.model, call.pipeline(EmbeddingPipeline)
     texts, ids, _ = _inputs(call, "input", req.input)
-    pipe.check_dimensions(req.dimensions)
     result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, truncate=req.truncate,
                               prompt_name=req.prompt_name, prompt=req.prompt)
     vectors = result.vectors
@@ -169,7 +168,6 @@ async def tei_embed(request: web.Request) -> web.Response:
     call = await begin(request, "embedding", TeiEmbedRequest, named=False)
     req, pipe = call.req, call.pipeline(EmbeddingPipeline)
     texts, ids, _ = _inputs(call, "inputs", req.inputs)
-    pipe.check_dimensions(req.dimensions)
     result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, normalize=req.normalize,
                               truncate=req.truncate, direction=truncation_direction(req.truncation_direction),
                               param="inputs", prompt_name=req.prompt_name, prompt=req.prompt)
@@ -193,7 +191,6 @@ async def cohere_embed(request: web.Request) -> web.Response:
     types = req.embedding_types
     truncate = (req.truncate or "END").upper()
     dims = req.output_dimension
-    pipe.check_dimensions(dims)
     result = await call.infer(pipe.plan, texts, None, dimensions=dims, truncate=truncate != "NONE",
                               direction="left" if truncate == "START" else "right", param="texts",
                               prompt_name=pipe.prompt_for_input_type(req.input_type))
@@ -293,7 +290,6 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
         return value
 
     dims = given("dimensions", int)
-    pipe.check_dimensions(dims)
     direction = str(given("truncation_direction", str) or "right")
     if direction.lower() not in ("right", "left"):
         raise RequestValidationError(f"`truncation_direction` must be right or left, got {direction!r}",
