@@ -122,14 +122,41 @@ def test_served_kinds_and_bench_bodies_come_from_the_registry(toy):
 
 
 def test_every_builtin_family_is_complete():
+    """Every part a family names by string resolves to what its type in `Family` says (mypy checks the parts given
+    as objects; strings are checked here)."""
+    import asyncio
+    import dataclasses
+
+    from aiohttp import web
+
+    from rsinfer_cli.pipelines.base import RowPipeline
+    from rsinfer_cli.server.schemas import Op
+
     for fam in families.all_families():
-        assert fam.load("pipeline") is not None
-        for _name, ref in fam.commands:
-            assert callable(families.resolve_ref(ref))
-        if fam.routes is not None:
-            routes = fam.load("routes")
+        assert issubclass(fam.pipeline_factory(), RowPipeline), fam.kind
+        for _name, fn in fam.command_functions():
+            assert callable(fn)
+        options = fam.options_type()
+        assert options is None or dataclasses.is_dataclass(options), fam.kind
+        assert all(isinstance(op, Op) for op in fam.route_ops()), fam.kind
+        recognise = fam.recogniser()
+        assert recognise is None or callable(recognise)
+        task = fam.hf_handler()
+        assert task is None or asyncio.iscoroutinefunction(task), fam.kind
+        routes = fam.route_table()
+        if routes is not None:
+            assert isinstance(routes, web.RouteTableDef)
             paths = {r.path for r in routes}
-            assert set(fam.load("bench")) <= paths, fam.kind  # every bench body is for a route of the family
+            bench = fam.bench_bodies()
+            assert set(bench) <= paths, fam.kind  # every bench body is for a route of the family
+            assert all(isinstance(make(["x"]), dict) for make in bench.values()), fam.kind
+
+
+def test_a_part_is_a_module_attribute_or_the_object():
+    assert families.load("rsinfer_cli.server.schemas:Op").__name__ == "Op"
+    assert families.load(len) is len
+    with pytest.raises(ValueError, match="'no colon' is not 'module:attribute'"):
+        families.resolve_ref("no colon")
 
 
 @pytest.mark.parametrize(("key", "kind", "owner"), [("pooling", "rerank", "embedding"),

@@ -266,7 +266,7 @@ def test_every_route_answers_as_one_process_does(shared_models, tmp_path):
     cfg = write_config(tmp_path, shared_models, port, f"grpc_bind: '127.0.0.1:{grpc_port}'", models)
     texts = ["Call Jane Doe at jane@example.com about the refund.", "The weather in Paris is mild."]
     requests = [(route, make(texts)) for f in families.all_families() if f.bench is not None
-                for route, make in f.load("bench").items()]
+                for route, make in f.bench_bodies().items()]
     requests += [("/models/mini", {"inputs": texts}), ("/tokenize", {"inputs": texts[0]}),
                  ("/similarity", {"inputs": {"source_sentence": texts[0], "sentences": texts}})]
     assert len(requests) >= 20

@@ -13,43 +13,96 @@ Adding a family = its files plus one `register(Family(...))` line below.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
+if TYPE_CHECKING:    # the parts' types only: importing them would import numpy, onnxruntime and aiohttp
+    from aiohttp.web import Response, RouteTableDef
+
+    from .config import ServerConfig
+    from .engine.model import LoadedModel
+    from .pipelines.base import RowPipeline
+    from .server.routes.common import Call
+    from .server.schemas import HfRequest, Op
+
+T = TypeVar("T")
+# A part of a family: "module:attribute", imported on first use (`rsinfer --help` imports no numpy, onnxruntime or
+# aiohttp), or the object itself. mypy checks an object against its part's type; a test resolves every built-in
+# family's strings and checks what they name.
+Part: TypeAlias = str | T
 # config.json facts → why this folder is of the family (None: it is not); see `guess_kind`
 Recognise = Callable[[Mapping[str, Any], bool], "str | None"]
+# the pipeline's class (or any factory): built once per loaded model
+PipelineFactory = Callable[["LoadedModel", "ServerConfig | None"], "RowPipeline"]
+# a Typer command function
+Command = Callable[..., None]
+# `rsinfer bench --url`: route → function(texts) → request body
+BenchBodies = Mapping[str, Callable[[list[str]], Mapping[str, object]]]
+# its Hugging Face task on POST /models/{name}: (call, inputs, parameters) → response
+HfTask = Callable[["Call[HfRequest]", Any, dict[str, Any]], Awaitable["Response"]]
 
 
 @dataclass(frozen=True)
 class Family:
     kind: str
     summary: str
-    pipeline: Any = None              # "module:Class" or a class: Pipeline(model, server) built once per model
-    routes: Any = None                # "module:routes" or an aiohttp RouteTableDef; None = `serve` refuses the kind
-    commands: tuple[tuple[str, Any], ...] = ()   # (CLI name, "module:function" or the Typer function)
-    bench: Any = None                 # "module:BENCH" or a dict: route → function(texts) → request body
+    pipeline: Part[PipelineFactory] | None = None   # Pipeline(model, server), built once per model
+    routes: Part[RouteTableDef] | None = None       # its aiohttp routes; None = `serve` refuses the kind
+    commands: tuple[tuple[str, Part[Command]], ...] = ()   # (CLI name, the Typer function)
+    bench: Part[BenchBodies] | None = None
     needs_tokenizer: bool = True      # the folder must provide tokenizer.json
-    options: Any = None               # "module:Class": a dataclass of the family's own model keys (flat in the
-                                      # model entry, validated with key paths, read as `model.config.options`)
-    ops: Any = None                   # "module:OPS": its routes' Ops (request/response Structs) for /openapi.json
+    options: Part[type[object]] | None = None   # a dataclass of the family's own model keys (flat in the model
+                                                # entry, validated with key paths, read as `model.config.options`)
+    ops: Part[Sequence[Op]] | None = None       # its routes' Ops (request/response Structs) for /openapi.json
     config_fields: tuple[str, ...] = ()  # engine keys of ModelConfig only this family may set (others are refused)
-    recognise: Recognise | str | None = None   # how `download`/`inspect`/`bench` tell the folder's family
+    recognise: Part[Recognise] | None = None   # how `download`/`inspect`/`bench` tell the folder's family
     priority: int = 50                # recognisers run in this order, lowest first
-    hf_task: Any = None               # "module:function": its Hugging Face task on POST /models/{name} (call,
-                                      # inputs, parameters) → response; None: the HF routes refuse the kind
+    hf_task: Part[HfTask] | None = None   # None: the HF routes refuse the kind
     info_type: str | None = None      # TEI /info's model_type key (embedding, reranker, classifier)
 
-    def load(self, what: str) -> Any:
-        """The declared `pipeline`, `routes`, `bench` or one of `commands`, imported now."""
-        return resolve_ref(getattr(self, what))
+    # ------------------------------------------------------------ the parts, imported now and typed
+
+    def pipeline_factory(self) -> PipelineFactory:
+        if self.pipeline is None:
+            raise LookupError(f"model family '{self.kind}' declares no pipeline")
+        return load(self.pipeline)
+
+    def route_table(self) -> RouteTableDef | None:
+        return None if self.routes is None else load(self.routes)
+
+    def command_functions(self) -> list[tuple[str, Command]]:
+        return [(name, load(ref)) for name, ref in self.commands]
+
+    def bench_bodies(self) -> BenchBodies:
+        return {} if self.bench is None else load(self.bench)
+
+    def options_type(self) -> type[object] | None:
+        return None if self.options is None else load(self.options)
+
+    def route_ops(self) -> Sequence[Op]:
+        return () if self.ops is None else load(self.ops)
+
+    def recogniser(self) -> Recognise | None:
+        return None if self.recognise is None else load(self.recognise)
+
+    def hf_handler(self) -> HfTask | None:
+        return None if self.hf_task is None else load(self.hf_task)
 
 
-def resolve_ref(ref: Any) -> Any:
-    if isinstance(ref, str) and ":" in ref:
-        module, _, attr = ref.partition(":")
-        return getattr(importlib.import_module(module), attr)
-    return ref
+def load(part: Part[T]) -> T:
+    """A part declared as "module:attribute", imported now; a part given as the object, as it is."""
+    if isinstance(part, str):
+        return cast(T, resolve_ref(part))
+    return part
+
+
+def resolve_ref(ref: str) -> Any:
+    """The object "module:attribute" names (a plug-in's entry point too)."""
+    module, sep, attr = ref.partition(":")
+    if not sep:
+        raise ValueError(f"{ref!r} is not 'module:attribute'")
+    return getattr(importlib.import_module(module), attr)
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -99,7 +152,7 @@ def specific_fields() -> dict[str, str]:
 def options_class(kind: str) -> type[Any] | None:
     """The dataclass of a kind's own model keys (None: the family has none); unknown kinds have none."""
     fam = _FAMILIES.get(kind)
-    return None if fam is None or fam.options is None else resolve_ref(fam.options)
+    return None if fam is None else fam.options_type()
 
 
 def option_fields(kind: str) -> tuple[str, ...]:
@@ -109,18 +162,18 @@ def option_fields(kind: str) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls)) if cls is not None else ()
 
 
-def all_ops() -> tuple[Any, ...]:
+def all_ops() -> tuple[Op, ...]:
     """Every family's route-table entries (`server/schemas.Op`), in registry order."""
-    return tuple(op for f in _FAMILIES.values() if f.ops is not None for op in resolve_ref(f.ops))
+    return tuple(op for f in _FAMILIES.values() for op in f.route_ops())
 
 
 def guess_kind(hf_config: Mapping[str, Any], has_tokenizer: bool = True) -> tuple[str, str]:
     """(kind, why) of a model folder from its config.json and whether it has a tokenizer."""
     for fam in sorted(_FAMILIES.values(), key=lambda f: f.priority):
-        if fam.recognise is not None:
-            why = resolve_ref(fam.recognise)(hf_config, has_tokenizer)
-            if why is not None:
-                return fam.kind, why
+        recognise = fam.recogniser()
+        why = recognise(hf_config, has_tokenizer) if recognise is not None else None
+        if why is not None:
+            return fam.kind, why
     return "embedding", "no family recognised the folder"
 
 

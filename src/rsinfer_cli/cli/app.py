@@ -98,15 +98,15 @@ def root(
     """
 
 
-_COMMANDS = {"bench": (bench.bench_cmd, bench.bench_cmd.__doc__), "download": (download.download_cmd, download.__doc__),
-             "inspect": (inspect.inspect_cmd, inspect.__doc__), "serve": (serve.serve_cmd, serve.__doc__),
-             "openapi": (openapi.openapi_cmd, openapi.__doc__)}
+_COMMANDS: dict[str, tuple[families.Command, str | None]] = {
+    "bench": (bench.bench_cmd, bench.bench_cmd.__doc__), "download": (download.download_cmd, download.__doc__),
+    "inspect": (inspect.inspect_cmd, inspect.__doc__), "serve": (serve.serve_cmd, serve.__doc__),
+    "openapi": (openapi.openapi_cmd, openapi.__doc__)}
 for _family in families.all_families():  # each family's own commands (`embed`, `rerank`, `redact`, …)
-    for _name, _ref in _family.commands:
-        _fn = families.resolve_ref(_ref)
+    for _name, _fn in _family.command_functions():
         _COMMANDS[_name] = (_fn, _fn.__doc__)
 for _name, (_fn, _doc) in sorted(_COMMANDS.items()):
-    app.command(_name, help=_doc)(_fn)  # type: ignore[type-var]   # typer's TypeVar wants a typed callable
+    app.command(_name, help=_doc)(_fn)
 
 
 def main(argv: list[str] | None = None) -> None:

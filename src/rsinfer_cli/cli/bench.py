@@ -150,11 +150,9 @@ def request_body(route: str, model: str | None, texts: list[str]) -> dict[str, A
 
     r = route.rstrip("/") or "/"
     for family in families.all_families():
-        if family.bench is None:
-            continue
-        make = family.load("bench").get(r)
+        make = family.bench_bodies().get(r)
         if make is not None:
-            body: dict[str, Any] = make(texts)
+            body: dict[str, Any] = dict(make(texts))
             if model:
                 body["model"] = model
             return body

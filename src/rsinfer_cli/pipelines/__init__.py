@@ -14,7 +14,7 @@ from .base import RowPipeline
 def build_pipeline(model: LoadedModel, server: ServerConfig | None = None) -> RowPipeline:
     """The pipeline of a loaded model's family, validated against the model now (a mismatch is a load error);
     `server` supplies server-wide settings (the PII hash salt)."""
-    factory = families.get(model.kind).load("pipeline")
+    factory = families.get(model.kind).pipeline_factory()
     pipe: RowPipeline = factory(model, server)
     return pipe
 

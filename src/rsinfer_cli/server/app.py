@@ -280,8 +280,9 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
     app[STATE] = state
     app.add_routes(ops.routes)
     for family in families.all_families():
-        if family.routes is not None:
-            app.add_routes(family.load("routes"))
+        table = family.route_table()
+        if table is not None:
+            app.add_routes(table)
     app.add_routes(hf.routes)  # the Hugging Face Inference API shapes, by the named model's kind
     app.router.add_static("/docs/assets", STATIC, name="docs-assets")
 

@@ -26,12 +26,13 @@ async def _answer(request: web.Request, name: str) -> web.Response:
         raise ModelNotFound(f"model '{name}' not found", param="model", model=name)
     kind = state.registry.entries[name][0].kind
     family = families.get(kind)
-    if family.hf_task is None:
+    task = family.hf_handler()
+    if task is None:
         served = ", ".join(f.kind for f in families.all_families() if f.hf_task is not None)
         raise InputError(f"model '{name}' is a {kind} model; the Hugging Face task routes serve {served} models",
                          param="model")
     call = Call(state, decode(await request.read(), HfRequest), state.registry.get(name, kind))
-    response: web.Response = await family.load("hf_task")(call, call.req.inputs, call.req.parameters or {})
+    response: web.Response = await task(call, call.req.inputs, call.req.parameters or {})
     return response
 
 
