@@ -155,7 +155,7 @@ def main() -> int:
     every = max(1, len(samples) // 12)
     lines = ["", "", "## Soak: every family's requests mixed with bad ones", "",
              f"Machine: {machine()}; run on {time.strftime('%Y-%m-%d')}. Reproduce: `.venv/bin/python "
-             f"benchmarks/soak.py --minutes {args.minutes:g}` ({CLIENTS} clients on 127.0.0.1, the defaults, logging "
+             f"benchmarks/soak.py --minutes {args.minutes:g} --settle {args.settle:g}` ({CLIENTS} clients on 127.0.0.1, the defaults, logging "
              "at info; the whole process tree's RSS every 10 s).", "",
              f"{requests} requests in {res['seconds'] / 60:.1f} min ({requests / res['seconds']:.0f}/s): "
              f"{counts['ok']} answered 200, {counts['4xx']} refused with a 4xx (the bad ones), {counts['5xx']} 5xx, "
@@ -163,7 +163,8 @@ def main() -> int:
              f"for. RSS {settle[2] / 2**20:.0f} MiB at minute {settle[0] / 60:.1f}, {last[2] / 2**20:.0f} MiB at "
              f"the end: {growth * 100:+.2f} % (limit ±2 %). {'PASS' if passed else 'FAIL'}.", "",
              "| minute | requests so far | tree RSS (MiB) |", "|---|---|---|"]
-    lines += [f"| {s[0] / 60:.1f} | {s[1]} | {s[2] / 2**20:.1f} |" for s in samples[::every] + [last]]
+    shown = samples[::every] + ([last] if (len(samples) - 1) % every else [])
+    lines += [f"| {s[0] / 60:.1f} | {s[1]} | {s[2] / 2**20:.1f} |" for s in shown]
     if res["examples"]:
         lines += ["", "Examples: " + "; ".join(res["examples"])]  # type: ignore[arg-type]
     append_results(args.out, lines + [""])
