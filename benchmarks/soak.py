@@ -155,8 +155,8 @@ def main() -> int:
     every = max(1, len(samples) // 12)
     lines = ["", "", "## Soak: every family's requests mixed with bad ones", "",
              f"Machine: {machine()}; run on {time.strftime('%Y-%m-%d')}. Reproduce: `.venv/bin/python "
-             f"benchmarks/soak.py --minutes {args.minutes:g} --settle {args.settle:g}` ({CLIENTS} clients on 127.0.0.1, the defaults, logging "
-             "at info; the whole process tree's RSS every 10 s).", "",
+             f"benchmarks/soak.py --minutes {args.minutes:g} --settle {args.settle:g}` ({CLIENTS} clients on "
+             "127.0.0.1, the defaults, logging at info; the whole process tree's RSS every 10 s).", "",
              f"{requests} requests in {res['seconds'] / 60:.1f} min ({requests / res['seconds']:.0f}/s): "
              f"{counts['ok']} answered 200, {counts['4xx']} refused with a 4xx (the bad ones), {counts['5xx']} 5xx, "
              f"{counts['broken']} broken connections, {counts['unexpected']} answers not what the request called "
