@@ -325,6 +325,14 @@ class TestPrompts:
         with pytest.raises(InputError, match="the prompt alone has 3 tokens and max_len is 3"):
             pipe.embed(["hello"], prompt_name="query", direction="left")
 
+    def test_only_the_models_own_prompts_are_remembered(self):
+        """A request's made-up `prompt` is measured each time, never kept: clients cannot grow the server's memory."""
+        pipe = load(FIXTURES / "st-legacy")
+        for i in range(50):
+            pipe.plan(["x"], prompt=f"made up {i}: ")
+        pipe.plan(["x"], prompt_name="query")
+        assert pipe._prompt_lengths == {"query: ": 3}
+
     def test_cache_keys_include_the_prompt(self):
         """Same token ids, different prompt: `include_prompt: false` pools them differently, so they are cached
         apart (and a different prompt gives different ids anyway)."""

@@ -315,10 +315,16 @@ class EmbeddingPipeline(TextPipeline):
         return {"search_query": "query", "search_document": "document"}.get(input_type)
 
     def _prompt_tokens(self, prefix: str) -> int:
-        """The prompt's tokens at the start of each row (sentence-transformers' count), worked out once a prompt."""
+        """The prompt's tokens at the start of each row (sentence-transformers' count): worked out once for each of
+        the model's own prompts, and each time for a `prompt` a request made up (never kept: clients could grow
+        the server's memory with them)."""
+        if not prefix:
+            return 0
         n = self._prompt_lengths.get(prefix)
         if n is None:
-            n = self._prompt_lengths[prefix] = prompt_length(self.encoder.tokenizer, prefix) if prefix else 0
+            n = prompt_length(self.encoder.tokenizer, prefix)
+            if prefix in self.prompts.values():
+                self._prompt_lengths[prefix] = n
         return n
 
     # ------------------------------------------------------------ rows
