@@ -7,21 +7,15 @@ import os
 from pathlib import Path
 
 from ...errors import ModelLoadError
-from ..session import Session
-from .contract import Contract
-from .process import ProcessSession, run_logged
+from .process import ProcessBackend, run_logged
 
 
-class ExecBackend:
+class ExecBackend(ProcessBackend):
     name = "exec"
     main_file = "model"
 
     def program(self, folder: Path, name: str) -> tuple[list[str], str]:
         return exec_program(folder, name)
-
-    def sessions(self, name: str, folder: Path, argv: list[str], contract: Contract, timeout_s: float,
-                 lanes: int) -> tuple[list[Session], str]:
-        return [ProcessSession(name, folder, argv, contract, timeout_s, self.name)] * lanes, ""
 
 
 def exec_program(folder: Path, name: str) -> tuple[list[str], str]:

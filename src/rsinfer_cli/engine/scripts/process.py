@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InferenceError, ModelLoadError
-from ..session import TensorInfo
+from ..session import Session, TensorInfo
 from .contract import DTYPES, Contract
 
 log = logging.getLogger("rsinfer.engine")
@@ -193,3 +193,15 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
+
+
+class ProcessBackend:
+    """A script backend whose lanes share one ProcessSession: nereid's per-request contract, one process per
+    forward. A backend names itself and builds its program (`Backend` in scripts/__init__.py)."""
+
+    name = ""
+    main_file = ""
+
+    def sessions(self, name: str, folder: Path, argv: list[str], contract: Contract, timeout_s: float,
+                 lanes: int) -> tuple[list[Session], str]:
+        return [ProcessSession(name, folder, argv, contract, timeout_s, self.name)] * lanes, ""

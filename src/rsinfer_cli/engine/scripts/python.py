@@ -19,12 +19,12 @@ import numpy as np
 from ...errors import InferenceError, ModelLoadError
 from ..session import Session
 from .contract import Contract
-from .process import ProcessSession, ScriptSession, check_output, kill_group, little_endian, model_env, run_logged
+from .process import ProcessBackend, ScriptSession, check_output, kill_group, little_endian, model_env, run_logged
 
 log = logging.getLogger("rsinfer.engine")
 
 
-class PythonBackend:
+class PythonBackend(ProcessBackend):
     name = "python"
     main_file = "main.py"
 
@@ -37,7 +37,7 @@ class PythonBackend:
             workers: list[Session] = [WorkerSession(name, folder, argv[0], contract, timeout_s)
                                       for _ in range(lanes)]
             return workers, f", long-lived: infer() in {lanes} process{'es' if lanes > 1 else ''}"
-        return [ProcessSession(name, folder, argv, contract, timeout_s, self.name)] * lanes, ""
+        return super().sessions(name, folder, argv, contract, timeout_s, lanes)
 
 
 def python_program(folder: Path, name: str) -> tuple[list[str], str]:
