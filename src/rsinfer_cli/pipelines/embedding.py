@@ -423,8 +423,10 @@ class EmbeddingPipeline(TextPipeline):
             prefix = self.prompt_text(prompt_name, prompt)
             if prefix:
                 texts = [prefix + t for t in texts]
-            tokens = self._prompt_tokens(prefix)
-            skip = 0 if self.pooler.include_prompt else tokens     # `include_prompt: false`: pooled without it
+            # the prompt's length matters to pooling without it (`include_prompt: false`) and to left truncation
+            needed = not self.pooler.include_prompt or direction == "left"
+            tokens = self._prompt_tokens(prefix) if needed else 0
+            skip = 0 if self.pooler.include_prompt else tokens
             enc = self.encode(texts, truncate=truncate, direction=direction, param=param, keep=tokens)
         else:
             if prompt_name is not None or prompt is not None:
