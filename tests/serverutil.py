@@ -77,7 +77,10 @@ class ServerThread:
             clients, models = self._loop.run_until_complete(connect([self.engine.address], 30))
             self.app = frontend_app(config, clients, models, metrics)
         else:
-            self.app = create_app(config, self.registry)
+            from rsinfer_cli.runtime import Runtime
+            from rsinfer_cli.server.metrics import Metrics
+
+            self.app = create_app(Runtime(config, self.registry, Metrics()))
         self.state = self.app[STATE]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -89,12 +92,12 @@ class ServerThread:
     @property
     def schedulers(self) -> dict:
         """The models' schedulers, where the forwards run (the engine's in workers mode)."""
-        return self.engine.server.schedulers if self.engine is not None else self.state.schedulers
+        return (self.engine.server.runtime if self.engine is not None else self.state.runtime).queues
 
     @property
     def pipelines(self) -> dict:
         """The models' pipelines with their sessions (the engine's in workers mode)."""
-        return self.engine.server.pipelines if self.engine is not None else self.state.pipelines
+        return (self.engine.server.runtime if self.engine is not None else self.state).pipelines
 
     def _run(self) -> None:
         from aiohttp import web

@@ -349,10 +349,13 @@ class TestRegistry:
         root = synth.write_model_dir(tmp_path / "m")
         cfg = parse_config({"server": {"max_queue": 7, "queue_timeout_ms": 1500},
                             "models": [{"name": "m", "kind": "embedding", "path": str(root), "replicas": 2}]})
-        app = create_app(cfg, Registry.load(cfg))
+        from rsinfer_cli.runtime import Runtime
+        from rsinfer_cli.server.metrics import Metrics
+
+        app = create_app(Runtime(cfg, Registry.load(cfg), Metrics()))
         from rsinfer_cli.server.routes.common import STATE
 
-        s = app[STATE].schedulers["m"]
+        s = app[STATE].runtime.queues["m"]
         assert (s.replicas, s.max_queue, s.queue_timeout_s) == (2, 7, 1.5)
 
 

@@ -386,7 +386,9 @@ def test_version_config_errors():
 def test_max_batch_size_needs_a_batch_dimension(tmp_path):
     from rsinfer_cli.engine.registry import Registry
     from rsinfer_cli.errors import ModelLoadError
+    from rsinfer_cli.runtime import Runtime
     from rsinfer_cli.server.app import create_app
+    from rsinfer_cli.server.metrics import Metrics
 
     x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])
@@ -397,7 +399,7 @@ def test_max_batch_size_needs_a_batch_dimension(tmp_path):
     cfg = parse_config({"models": [{"name": "f", "kind": "tensor", "path": str(tmp_path / "fixed"),
                                     "max_batch_size": 4, "replicas": 1}]})
     with pytest.raises(ModelLoadError, match="without a variable batch dimension 0; set max_batch_size: 0"):
-        create_app(cfg, Registry.load(cfg))
+        create_app(Runtime(cfg, Registry.load(cfg), Metrics()))
 
 
 def test_one_shot_commands_take_a_versioned_models_default_version(shared_models, tmp_path):

@@ -99,9 +99,10 @@ def test_spans_reach_an_otlp_receiver_as_a_tree(tmp_path, workers):
 def test_off_by_default_imports_no_sdk(tmp_path):
     model = str(synth.write_model_dir(tmp_path / "e"))
     code = ("import sys\nfrom rsinfer_cli.config import parse_config\nfrom rsinfer_cli.engine.registry import "
-            "Registry\nfrom rsinfer_cli.server.app import create_app\n"
+            "Registry\nfrom rsinfer_cli.server.app import create_app\nfrom rsinfer_cli.runtime import Runtime\n"
+            "from rsinfer_cli.server.metrics import Metrics\n"
             f"cfg = parse_config({{'models': [{{'name': 'e', 'kind': 'embedding', 'path': {model!r}}}]}})\n"
-            "create_app(cfg, Registry.load(cfg))\n"
+            "create_app(Runtime(cfg, Registry.load(cfg), Metrics()))\n"
             "assert not [m for m in sys.modules if m.startswith('opentelemetry')], 'imported'\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

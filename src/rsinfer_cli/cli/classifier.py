@@ -44,7 +44,7 @@ def predict_cmd(
     import sys
 
     from ..errors import ConfigError, InputError
-    from ..pipelines.classifier import check_function
+    from ..pipelines.classifier import ClassifierPipeline, check_function
     from .common import load_pipeline
     from .io import chunks, read_records, write_jsonl
 
@@ -55,11 +55,12 @@ def predict_cmd(
     except InputError as exc:
         raise ConfigError(str(exc).replace("`", "")) from None
     records = read_records(texts, input_, fmt, field)
-    pipe = load_pipeline("classifier", name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
-                         max_rows=batch_size)
+    shot = load_pipeline(ClassifierPipeline, name=model, config=config, path=path, hf=hf, revision=revision,
+                         dtype=dtype, max_rows=batch_size)
     rows = []
     for chunk in chunks(records, 256):
-        res = pipe.classify([r.text for r in chunk], raw=raw, function=chosen, top_k=top_k, truncate=truncate)
+        res = shot.run(shot.pipe.plan_classify, [r.text for r in chunk], raw=raw, function=chosen, top_k=top_k,
+                       truncate=truncate)
         for rec, labels in zip(chunk, res.to_json(), strict=True):
             if table:
                 rows.append((rec, labels))

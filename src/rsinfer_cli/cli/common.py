@@ -5,12 +5,21 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import typer
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:   # the runtime imports onnxruntime: loaded by a command, never by --help
+    from ..pipelines.base import RowPipeline, Work
+    from ..pipelines.infer import PlanArgs
+    from ..runtime import Runtime
+
+P = TypeVar("P", bound="RowPipeline")
+R = TypeVar("R")
 
 CONFIG_OPT = typer.Option(None, "--config", "-c", help="YAML config file (also $RSINFER_CONFIG).",
                           envvar="RSINFER_CONFIG", show_envvar=False)
@@ -103,21 +112,21 @@ def stderr_is_tty() -> bool:
     return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
 
 
-def load_pipeline(kind: str, *, name: str | None, config: Path | None, path: Path | None, hf: str | None,
+def load_pipeline(pipeline: type[P], *, name: str | None, config: Path | None, path: Path | None, hf: str | None,
                   revision: str = "main", dtype: str = "auto", max_rows: int | None = None,
-                  flags: dict[str, str] | None = None, **overrides: Any) -> Any:
-    """The pipeline of one model for a one-shot command (one replica), checking the model's kind. `overrides`: model
-    keys from command-line flags (`flags`: key → the flag that set it, for error messages)."""
+                  flags: dict[str, str] | None = None, **overrides: Any) -> OneShot[P]:
+    """One model's runtime for a one-shot command (one replica), checking that its kind makes a `pipeline`.
+    `overrides`: model keys from command-line flags (`flags`: key → the flag that set it, for error messages)."""
     import dataclasses
 
     from ..config import hub_cache_dir
     from ..engine.model import load_model
-    from ..pipelines import build_pipeline
+    from ..runtime import Runtime
 
     cfg, server = model_from_options(name=name, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
-                                     kind=kind, replicas=1)
-    if cfg.kind != kind:
-        raise ConfigError(f"model '{cfg.name}' is a {cfg.kind} model; this command needs a {kind} model")
+                                     kind=pipeline.kind, replicas=1)
+    if cfg.kind != pipeline.kind:
+        raise ConfigError(f"model '{cfg.name}' is a {cfg.kind} model; this command needs a {pipeline.kind} model")
     if max_rows is not None:
         if max_rows < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {max_rows}")
@@ -131,9 +140,21 @@ def load_pipeline(kind: str, *, name: str | None, config: Path | None, path: Pat
             base = key.split("[")[0]
             raise ConfigError(f"{(flags or {}).get(base, base)}: {message}")
         cfg = dataclasses.replace(cfg, options=options, **{k: v for k, v in given.items() if k not in own})
-    pipe = build_pipeline(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)), server)
-    if server.cache is not None and cfg.cache:  # the config's server.cache serves one-shot commands too
-        from ..engine.cache import open_cache
+    return OneShot(Runtime.one_shot(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)), server).start(),
+                   pipeline)
 
-        pipe.cache = open_cache(server.cache)
-    return pipe
+
+class OneShot(Generic[P]):
+    """One model's runtime for a one-shot command: its pipeline (`pipe`), and `run` for a request through the
+    inference core - synchronously on one replica, through the config's `server.cache` as the server's are."""
+
+    def __init__(self, runtime: Runtime, pipeline: type[P]) -> None:
+        self.runtime = runtime
+        self.model = next(iter(runtime.registry.models.values()))
+        pipe = runtime.pipelines[self.model.key]
+        if not isinstance(pipe, pipeline):
+            raise ConfigError(f"model '{self.model.name}' has a {type(pipe).__name__}, not a {pipeline.__name__}")
+        self.pipe = pipe
+
+    def run(self, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args, **kwargs: PlanArgs.kwargs) -> R:
+        return self.runtime.run(self.model, plan, *args, **kwargs)

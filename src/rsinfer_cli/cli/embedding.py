@@ -57,6 +57,7 @@ def embed_cmd(
     import sys
 
     from ..errors import ConfigError, InputError
+    from ..pipelines.embedding import EmbeddingPipeline
     from .common import load_pipeline
     from .io import NpyWriter, check_writable, chunks, read_records, write_jsonl
 
@@ -66,8 +67,9 @@ def embed_cmd(
         check_writable(output, "--output")  # before loading any model
     records = read_records(texts, input_, fmt, field)
     first = next(records, None)  # validate the input before loading the model
-    pipe = load_pipeline("embedding", name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
+    shot = load_pipeline(EmbeddingPipeline, name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
                          max_rows=batch_size)
+    pipe = shot.pipe
     pipe.check_dimensions(dimensions)       # a bad --dimensions or prompt name fails before any text is read
     pipe.prompt_text(prompt_name, prompt)
     writer = None
@@ -79,8 +81,8 @@ def embed_cmd(
 
     try:
         for chunk in chunks(all_records(), max(pipe.max_rows * 4, 64)):
-            result = pipe.embed([r.text for r in chunk], dimensions=dimensions, normalize=normalize,
-                                truncate=truncate, prompt_name=prompt_name, prompt=prompt)
+            result = shot.run(pipe.plan, [r.text for r in chunk], dimensions=dimensions, normalize=normalize,
+                              truncate=truncate, prompt_name=prompt_name, prompt=prompt)
             if output is not None:
                 if writer is None:
                     writer = NpyWriter(output, result.vectors.shape[1])

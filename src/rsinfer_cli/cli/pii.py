@@ -6,11 +6,14 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
+from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT, OneShot
+
+if TYPE_CHECKING:
+    from ..pipelines.pii import PiiPipeline
 
 EXAMPLES = """
 
@@ -125,19 +128,21 @@ def _run(run: Run, input_: Path | None, pipe_args: dict[str, Any]) -> None:
     time. A bad line (with --on-error fail) or a record without its field stops the run after everything before
     it was written."""
     from ..errors import ConfigError, InputError
+    from ..pipelines.pii import PiiPipeline
     from .common import load_pipeline
     from .io import read_lines
 
     run.check()
     lines = read_lines(input_)
-    pipe = load_pipeline("pii", flags={"pii_regions": "--regions"}, **pipe_args)
+    shot = load_pipeline(PiiPipeline, flags={"pii_regions": "--regions"}, **pipe_args)
+    pipe = shot.pipe
     unknown = sorted(set(run.types or ()) - set(pipe.types))
     if unknown:
         raise ConfigError(f"--types: the model has no {', '.join(unknown)} (it has {', '.join(pipe.types)})")
     if run.redacting and run.mode == "hash" and run.salt is None and pipe.salt_source.startswith("random"):
         print("rsinfer: note: no hash salt configured (--hash-salt or pii_hash_salt); hashes differ between runs",
               file=sys.stderr)
-    out = _Output(pipe, run)
+    out = _Output(shot, run)
     malformed = _Malformed()
     items = _items(lines, run, malformed)
     while True:
@@ -210,8 +215,8 @@ class _Malformed:
 class _Output:
     """Items wait here until `batch_lines` of them are redacted (or scanned) together and written in order."""
 
-    def __init__(self, pipe: Any, run: Run) -> None:
-        self.pipe, self.run = pipe, run
+    def __init__(self, shot: OneShot[PiiPipeline], run: Run) -> None:
+        self.shot, self.run = shot, run
         self.pending: list[Item] = []
 
     def add(self, item: Item) -> None:
@@ -230,14 +235,14 @@ class _Output:
     def _answer(self, texts: list[str]) -> tuple[list[str], list[list[dict[str, Any]]]]:
         """Each text's new value and its spans (--spans shows where each value was and what replaced it, never the
         value)."""
-        run = self.run
+        run, shot = self.run, self.shot
         if not texts:
             return [], []
         if run.redacting:
-            res = self.pipe.redact(texts, mode=run.mode, mask_char=run.mask_char, replacement=run.replacement,
-                                   threshold=run.threshold, types=run.types, salt=run.salt)
+            res = shot.run(shot.pipe.plan_redact, texts, mode=run.mode, mask_char=run.mask_char,
+                           replacement=run.replacement, threshold=run.threshold, types=run.types, salt=run.salt)
             return res.texts, [[e.to_json() for e in found] for found in res.spans]
-        det = self.pipe.detect(texts, run.threshold, run.types)
+        det = shot.run(shot.pipe.plan_detect, texts, run.threshold, run.types)
         return texts, [[e.to_json() for e in found] for found in det.entities]
 
     def _write(self, it: Item, new: list[str], shown: list[list[dict[str, Any]]], k: int) -> int:

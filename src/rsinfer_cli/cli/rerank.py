@@ -37,15 +37,16 @@ def rerank_cmd(
                                   help="Cut pairs over max_len (default: the model's `truncate`)."),
 ) -> None:
     from ..errors import ConfigError
-    from ..pipelines.rerank import ranked
+    from ..pipelines.rerank import RerankPipeline, ranked
     from .common import load_pipeline
     from .io import read_records, write_jsonl
 
     if top_n is not None and top_n < 0:
         raise ConfigError(f"--top-n must be >= 0, got {top_n}")
     records = list(read_records(documents, input_, fmt, field))  # ranking needs every document
-    pipe = load_pipeline("rerank", name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype)
-    result = pipe.rerank(query, [r.text for r in records], raw=raw, truncate=truncate)
+    shot = load_pipeline(RerankPipeline, name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype)
+    pipe = shot.pipe
+    result = shot.run(pipe.plan_rerank, query, [r.text for r in records], raw=raw, truncate=truncate)
     order = ranked(result.scores, top_n)
     if table:
         from rich.console import Console

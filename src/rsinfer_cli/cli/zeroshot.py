@@ -48,7 +48,7 @@ def classify_cmd(
     import sys
 
     from ..errors import ConfigError, InputError
-    from ..pipelines.zeroshot import assertion_for
+    from ..pipelines.zeroshot import ZeroShotPipeline, assertion_for
     from .common import load_pipeline
     from .io import chunks, read_records, write_jsonl
 
@@ -68,7 +68,7 @@ def classify_cmd(
         raise ConfigError(f"--question: {exc}") from None
     records = read_records(texts, input_, fmt, field)
     first = next(records, None)
-    pipe = load_pipeline("zeroshot", name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
+    shot = load_pipeline(ZeroShotPipeline, name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
                          max_rows=batch_size)
     rows = []
 
@@ -80,11 +80,11 @@ def classify_cmd(
     per_chunk = max(256 // max(len(label_list), 1), 8)
     for chunk in chunks(all_records(), per_chunk):
         batch = [r.text for r in chunk]
-        if zero_shot:
-            res = pipe.classify(batch, label_list, multi_label, template)
+        if judged is None:
+            res = shot.run(shot.pipe.plan_classify, batch, label_list, multi_label, template)
             outs = [{"labels": r.labels, "scores": r.scores} for r in res.results]
         else:
-            outs = [r.to_json() for r in pipe.true_false(batch, judged, threshold).results]
+            outs = [r.to_json() for r in shot.run(shot.pipe.plan_true_false, batch, judged, threshold).results]
         for rec, out in zip(chunk, outs, strict=True):
             if table:
                 rows.append((rec, out))

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..config import ServerConfig
-from ..engine.cache import Cache, decode_value, encode_value, model_identity, row_key
+from ..engine.cache import decode_value, encode_value, model_identity, row_key
 from ..engine.model import LoadedModel
 from ..engine.scheduler import Runner, run_rows
 from ..engine.session import Session
@@ -105,23 +105,17 @@ class RowPipeline:
         return Runner(self.model.sessions[0], self.forward)
 
     def run(self, work: Work[T], runner: Runner | None = None) -> T:
-        """The direct path: the work's rows on one replica, in length-sorted forwards, then its answer; rows in
-        `self.cache` (a one-shot command's `server.cache`) are not run again."""
-        cache = self.cache
-        if cache is None:
-            outputs = run_rows(runner or self.runner(), work.rows, work.costs, max_rows=self.max_rows,
-                               max_tokens=self.max_tokens, max_padding=self.max_padding)
-            return work.finish(outputs)
-        keys = self.row_keys(work)
-        split = Cached(work, cache.get_many(keys), keys)
-        outs = run_rows(runner or self.runner(), split.rows, split.costs, max_rows=self.max_rows,
-                        max_tokens=self.max_tokens, max_padding=self.max_padding) if split.missing else []
-        cache.set_many(split.entries(keys, outs))
-        return work.finish(split.merge(outs))
+        """The direct path: the work's rows on one replica (`runner`; else the first, unobserved), then its answer.
+        No cache: requests with one come through the inference core (pipelines/infer.py)."""
+        return work.finish(self.forwards(work.rows, work.costs, runner))
+
+    def forwards(self, rows: Sequence[Any], costs: Sequence[int], runner: Runner | None = None) -> list[Any]:
+        """Rows on one replica in length-sorted forwards of this model's batch limits; one output per row."""
+        return run_rows(runner or self.runner(), rows, costs, max_rows=self.max_rows, max_tokens=self.max_tokens,
+                        max_padding=self.max_padding)
 
     # ------------------------------------------------------------ the row cache
 
-    cache: Cache | None = None            # set by one-shot commands; the server keeps its own
     _identity: bytes | None = None
 
     def row_bytes(self, row: Any) -> bytes:

@@ -3,8 +3,8 @@ that serves requests - the HTTP routes, KServe gRPC and the front end of the wor
 lookup, the path choice (the whole request on a free replica now, or tokenized and queued to batch with others), the
 record of the request (tokenize, queue, inference, post-processing: `REQUEST_RECORD` and the pipeline's
 `Timing`) and what the metrics hear of it. Cancellation is the scheduler's: a caller that goes away (its task
-cancelled) takes its queued rows with it. Nothing here knows HTTP or gRPC; the one-shot CLI runs the same rows through
-`RowPipeline.run` on one replica."""
+cancelled) takes its queued rows with it. Nothing here knows HTTP or gRPC; the one-shot CLI's requests come through
+`run`, synchronously on one replica, with the same cache."""
 
 from __future__ import annotations
 
@@ -98,6 +98,20 @@ class Inference:
             work = planned[0]
         self._observed(model, work.timing, stats)
         return result
+
+    def run(self, model: LoadedModel, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args,
+            **kwargs: PlanArgs.kwargs) -> R:
+        """plan(*args, **kwargs) → its answer, here and now on the model's first replica (the one-shot CLI: no
+        queue): the rows in length-sorted forwards, those in the cache not run again."""
+        pipe = self.pipelines[model.key]
+        work = plan(*args, **kwargs)
+        if self.cache is None or not model.config.cache:
+            return pipe.run(work)
+        keys = pipe.row_keys(work)
+        split = Cached(work, self.cache.get_many(keys), keys)
+        outs = pipe.forwards(split.rows, split.costs) if split.missing else []
+        self.cache.set_many(split.entries(keys, outs))
+        return work.finish(split.merge(outs))
 
     async def _cached(self, model: LoadedModel, pipe: RowPipeline, queue: ModelQueue, plan: Callable[..., Work[R]],
                       args: Any, kwargs: Any) -> R:

@@ -1,4 +1,4 @@
-"""create_app(config, registry) → web.Application: a pure factory that binds no socket."""
+"""create_app(runtime) → web.Application: a pure factory that binds no socket."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import logging
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,9 @@ from aiohttp.typedefs import Middleware
 from .. import families
 from ..config import Config
 from ..engine.cache import RedisCache
-from ..engine.registry import Registry
-from ..engine.scheduler import REQUEST_RECORD, ModelQueue, RequestRecord, Scheduler
-from ..engine.threads import CpuBudget
+from ..engine.scheduler import REQUEST_RECORD, RequestRecord
 from ..errors import ConfigError
-from ..pipelines import build_pipeline
+from ..runtime import Runtime
 from .errors import RateLimited, RequestTimeout, Unauthorized, response_for, status_for
 from .logs import ACCESS, REQUEST_ID, request_id
 from .logs import access as log_access
@@ -233,10 +230,13 @@ def check_served(config: Config) -> None:
                           f"remove or comment out {names}")
 
 
-def create_app(config: Config, registry: Registry, metrics: Metrics | None = None,
-               queues: dict[str, ModelQueue] | None = None) -> web.Application:
-    """`queues`: the models' schedulers when they live elsewhere (a front-end process: the engine process runs the
-    forwards); by default each model gets its own `Scheduler` over its sessions here."""
+def create_app(runtime: Runtime) -> web.Application:
+    """The HTTP front door over `runtime` (started here if it was not), which must report to the server's
+    `Metrics`. Its cleanup drains the other front doors, then closes the runtime."""
+    config = runtime.config
+    metrics = runtime.metrics
+    if not isinstance(metrics, Metrics):
+        raise TypeError("create_app needs a Runtime built with the server's Metrics")
     check_served(config)
     # no version banner on any answer: aiohttp stamps `Server: Python/3.x aiohttp/3.y` on every response that has
     # no Server header, its own 400s for unparseable requests too (those never reach an app's middleware or
@@ -248,35 +248,10 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
         from .tracing import Tracing
 
         tracing = Tracing(config)
-    metrics = metrics or Metrics()
     app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
                           middlewares=[front(config, metrics, limiter, tracing)])
-    plan = registry.plan
-    infer = ThreadPoolExecutor(max_workers=plan.infer_threads if queues is None else 1, thread_name_prefix="infer")
-    prep = ThreadPoolExecutor(max_workers=plan.prep_threads, thread_name_prefix="prep")
-    pipelines = {key: build_pipeline(m, config.server) for key, m in registry.models.items()}
-    budget = CpuBudget(plan.cpus.count)    # the planned CPU models' forwards share the CPUs (engine/threads.py)
-    schedulers: dict[str, ModelQueue] = queues if queues is not None else {
-        key: Scheduler.for_model(key, m, pipelines[key], infer, queue_rows=m.config.batching.queue_rows,
-                                 max_queue=config.max_queue_of(m.config),
-                                 queue_timeout_ms=config.server.queue_timeout_ms,
-                                 observer=metrics.observer(m.name, m.version or ""), budget=budget)
-        for key, m in registry.models.items()
-    }
-    state = ServerState(config=config, registry=registry, pipelines=pipelines, schedulers=schedulers,
-                        prep_executor=prep, infer_executor=infer, metrics=metrics, inline_prep=queues is not None,
-                        limiter=limiter, tracing=tracing)
-    if config.server.cache is not None:
-        from ..engine.cache import MemoryCache, open_cache
-
-        state.cache = open_cache(config.server.cache, metrics)
-        state.connect()
-        cache = state.cache
-        metrics.with_cache((lambda: float(cache.bytes)) if isinstance(cache, MemoryCache) else None)
-        for key, m in registry.models.items():  # the graph digests of the cache keys: hashed now, not by the
-            if m.config.cache:                   # first request (nor by two prep threads at once)
-                pipelines[key].identity()
-    state.metrics.add_live(QueueCollector(state.queue_stats))
+    state = ServerState(runtime=runtime.start(), metrics=metrics, limiter=limiter, tracing=tracing)
+    metrics.add_live(QueueCollector(state.queue_stats))
     app[STATE] = state
     app.add_routes(ops.routes)
     for family in families.all_families():
@@ -288,17 +263,10 @@ def create_app(config: Config, registry: Registry, metrics: Metrics | None = Non
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         yield
-        for drain in app[STATE].draining:  # the gRPC front's calls in flight finish first
-            await drain
-        for s in app[STATE].schedulers.values():
-            s.stop()
-        app[STATE].infer_executor.shutdown(wait=True)
-        app[STATE].prep_executor.shutdown(wait=True)
-        cache = app[STATE].cache
-        if cache is not None:
-            await cache.close()
-        if app[STATE].tracing is not None:
-            app[STATE].tracing.close()    # the batched spans are sent
+        await runtime.drain()      # the gRPC front's calls in flight finish first
+        await runtime.close()
+        if tracing is not None:
+            tracing.close()        # the batched spans are sent
 
     app.cleanup_ctx.append(lifetime)
     return app

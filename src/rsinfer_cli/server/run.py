@@ -15,8 +15,10 @@ from ..config import Config
 from ..engine.registry import Registry
 from ..engine.threads import limit_tokenizer_threads, usable_cpus
 from ..errors import ConfigError
+from ..runtime import Runtime
 from .app import check_served, create_app
 from .dispatch import install
+from .metrics import Metrics
 from .routes.common import STATE
 from .systemd import Notifier
 
@@ -79,7 +81,7 @@ async def serve_app(app: web.Application, host: str, port: int, drain_s: float, 
     # both fronts stop accepting and let the calls in flight finish (up to drain_s), side by side; the app's
     # cleanup waits for the gRPC drain before it stops the schedulers
     if grpc_server is not None:
-        state.draining.append(asyncio.ensure_future(grpc_server.stop(drain_s)))
+        state.runtime.draining.append(asyncio.ensure_future(grpc_server.stop(drain_s)))
     await runner.cleanup()
     log.warning("stopped")
 
@@ -120,7 +122,7 @@ def serve(config: Config, host: str | None = None, port: int | None = None) -> N
     notifier.status(f"loading {len(config.models)} model(s)")
     registry = Registry.load(config, on_load=lambda where: notifier.status(f"loading {where}"))
     notifier.status("models loaded; binding the listening sockets")  # the listener binds only after every load
-    app = create_app(config, registry)
+    app = create_app(Runtime(config, registry, Metrics()))
     # Forward threads need the GIL briefly before and after each session.run; with the default 5 ms switch
     # interval a busy event loop can keep a replica idle that long. 1 ms keeps replicas fed.
     sys.setswitchinterval(0.001)

@@ -18,7 +18,6 @@ import logging
 import os
 import pickle
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -27,10 +26,9 @@ from ..engine.model import LoadedModel
 from ..engine.registry import Registry
 from ..engine.scheduler import RowForward, Scheduler, as_is
 from ..engine.session import Session
-from ..engine.threads import CpuBudget
 from ..errors import ModelNotFound
-from ..pipelines import build_pipeline
 from ..pipelines.base import RowPipeline
+from ..runtime import Runtime
 from ..server.metrics import Metrics
 from . import ipc
 
@@ -48,19 +46,10 @@ class EngineServer:
         self.config = config
         self.registry = registry
         self.metrics = metrics
-        self.executor = ThreadPoolExecutor(max_workers=registry.plan.infer_threads, thread_name_prefix="infer")
-        budget = CpuBudget(registry.plan.cpus.count)   # the planned CPU models share the CPUs (engine/threads.py)
-        self.pipelines: dict[str, RowPipeline] = {}
-        self.schedulers: dict[str, Scheduler] = {}
-        for key, m in registry.models.items():
-            pipe = self.pipelines[key] = build_pipeline(m, config.server)
-            if config.server.cache is not None and m.config.cache:
-                pipe.identity()   # the graph digest of the cache keys, hashed once here for every front end
-            self.schedulers[key] = Scheduler.for_model(
-                key, m, pipe, self.executor, queue_rows=m.config.batching.queue_rows,
-                max_queue=config.max_queue_of(m.config),
-                queue_timeout_ms=config.server.queue_timeout_ms,
-                observer=metrics.observer(m.name, m.version or ""), forward=self._tagged(pipe, m), budget=budget)
+        # the models' queues over their replicas here; the cache is the front ends' (start(cache=False) only hashes
+        # the graph digests of its keys, once here for every front end)
+        self.runtime = Runtime(config, registry, metrics, forward=self._tagged).start(cache=False)
+        self.schedulers = {k: q for k, q in self.runtime.queues.items() if isinstance(q, Scheduler)}
         # rows queued and not yet answered, by (front end, request id): what abandons them
         self._pending: dict[tuple[ipc.Channel, int], Callable[[], None]] = {}
         self._channels: set[ipc.Channel] = set()
@@ -101,9 +90,7 @@ class EngineServer:
                 abandon()
             for channel in list(self._channels):   # the front ends learn at once that this engine is gone
                 channel.close()
-            for s in self.schedulers.values():
-                s.stop()
-            self.executor.shutdown(wait=True)
+            await self.runtime.close()
 
     async def _flush_every(self, seconds: float) -> None:
         """The metrics files never lag more than this behind (a scrape asks for a flush itself)."""

@@ -164,12 +164,13 @@ def frontend_app(config: Config, clients: Sequence[EngineClient], models: dict[s
                  metrics: Metrics | None = None, unready: Callable[[], str | None] | None = None) -> web.Application:
     """The daemon's app over models whose forwards run in engine processes; `unready` adds the supervisor's view
     (every front end up) to the engines' own."""
+    from ..runtime import Runtime
     from ..server.app import create_app
     from ..server.routes.common import STATE
 
     registry = Registry({k: m for k, (m, _) in models.items()}, {m.name: m for m in config.models})
     queues: dict[str, ModelQueue] = {key: RemoteQueue(client, key) for key, (_, client) in models.items()}
-    app = create_app(config, registry, metrics, queues=queues)
+    app = create_app(Runtime(config, registry, metrics or Metrics(), queues=queues, inline_prep=True))
     state = app[STATE]
 
     def why() -> str | None:

@@ -188,7 +188,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
                                      param=name)
                 tensors[name] = np.array(values, dtype=numpy_dtype(datatype)).reshape(shape)
         wanted = [o.name for o in request.outputs] or None
-        result = await self.state.infer(m, pipe.plan, tensors, wanted)
+        result = await self.state.core.infer(m, pipe.plan, tensors, wanted)
         response = pb.ModelInferResponse(model_name=m.name, model_version=m.version or "1", id=request.id)
         for name, arr in result.outputs.items():
             response.outputs.add(name=name, datatype=codec.output_datatype(arr), shape=list(arr.shape))

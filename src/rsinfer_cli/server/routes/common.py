@@ -72,7 +72,7 @@ class Call(Generic[Q]):
     async def infer(self, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args, **kwargs: PlanArgs.kwargs) -> R:
         """The request through the inference core: `plan(*args, **kwargs)` - a family's plan and what its route
         passes it, checked by mypy against the plan's own signature."""
-        return await self.state.infer(self.model, plan, *args, **kwargs)
+        return await self.state.core.infer(self.model, plan, *args, **kwargs)
 
 
 async def begin(request: web.Request, kind: str, schema: type[Q], named: bool = True) -> Call[Q]:

@@ -98,7 +98,7 @@ async def info(request: web.Request) -> web.Response:
         "max_input_length": m.max_len, "max_concurrent_requests": state.config.server.max_queue,
         "max_batch_tokens": pipe.max_tokens, "max_batch_requests": None, "max_client_batch_size":
             state.config.server.max_texts, "max_batch_rows": pipe.max_rows, "auto_truncate": m.config.truncate,
-        "tokenization_workers": state.prep_executor._max_workers, "version": m.version or "1",
+        "tokenization_workers": state.runtime.prep_executor._max_workers, "version": m.version or "1",
     }), content_type="application/json")
 
 

@@ -126,7 +126,7 @@ async def infer(state: ServerState, m: LoadedModel, tensors: dict[str, Any],
                 outputs: list[str] | None = None) -> TensorResult:
     pipe = state.pipelines[m.key]
     assert isinstance(pipe, TensorPipeline)
-    return await state.infer(m, pipe.plan, tensors, outputs)
+    return await state.core.infer(m, pipe.plan, tensors, outputs)
 
 
 # ---------------------------------------------------------------- KServe v2 REST
@@ -148,7 +148,7 @@ async def kserve_infer(request: web.Request) -> web.Response:
     body, tail = codec.parse_infer_body(await request.read(), header_length)
     tensors = codec.decode_inputs(body, tail, pipe.check_datatype)
     names, binary, binary_default = codec.requested_outputs(body)
-    result: TensorResult = await state.infer(m, pipe.plan, tensors, names)
+    result: TensorResult = await state.core.infer(m, pipe.plan, tensors, names)
     items, chunks = codec.encode_outputs(result.outputs, binary, binary_default and names is None)
     response: dict[str, Any] = {"model_name": m.name, "model_version": m.version or "1", "outputs": items}
     if "id" in body:
