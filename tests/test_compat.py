@@ -153,10 +153,10 @@ def test_hugging_face_routes_apply_each_familys_own_limits(limited):
     hf_r, own = both({"_to": "/models/rr", "inputs": {"source_sentence": "q", "sentences": docs}},
                      "/v1/rerank", {"model": "rr", "query": "q", "documents": docs})
     assert hf_r.status_code == own.status_code == 413
-    assert "server.max_rerank_documents" in hf_r.json()["error"]["message"]
+    assert "(max_rerank_documents)" in hf_r.json()["error"]["message"]
     ok = httpx.post(limited.url + "/models/rr", json={"inputs": {"source_sentence": "q", "sentences": docs[:3]}})
     assert ok.status_code == 200 and len(ok.json()) == 3
-    for labels, says in ((["a", "b", "c"], "server.max_candidate_labels"), (["a", "a"], "duplicates"),
+    for labels, says in ((["a", "b", "c"], "(max_candidate_labels)"), (["a", "a"], "duplicates"),
                          (["a", " "], "is blank"), ([], "is empty")):
         hf_r, own = both({"_to": "/models/nli", "inputs": "text", "parameters": {"candidate_labels": labels}},
                          "/classify/zero-shot", {"model": "nli", "input": "text", "candidate_labels": labels})

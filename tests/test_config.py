@@ -245,3 +245,34 @@ def test_max_batch_is_rs_infers_name_for_max_rows(caplog):
     assert cfg.models[0].batching.max_rows == 5  # the alias sets the one knob
     assert cfg.models[1].batching.max_rows == 9  # both given: max_rows wins, and the log says so
     assert "models[1].max_batch (5) is ignored" in caplog.text
+
+
+def test_family_limits_are_model_keys_and_the_old_server_keys_still_read(caplog):
+    """max_rerank_documents, max_candidate_labels and pii_hash_salt are their families' model keys; the server keys
+    of the same names still work, as the default of every model of that family that sets none, with a deprecation
+    line in the log."""
+    cfg = parse_config({
+        "server": {"max_rerank_documents": 20, "max_candidate_labels": 5, "pii_hash_salt": "s"},
+        "models": [{"name": "r1", "kind": "rerank", "hf": "o/r1"},
+                   {"name": "r2", "kind": "rerank", "hf": "o/r2", "max_rerank_documents": 7},
+                   {"name": "z", "kind": "zeroshot", "hf": "o/z"},
+                   {"name": "p", "kind": "pii", "hf": "o/p", "pii_hash_salt": "own"},
+                   {"name": "e", "kind": "embedding", "hf": "o/e"}]})
+    by = {m.name: m.options for m in cfg.models}
+    assert (by["r1"].max_rerank_documents, by["r2"].max_rerank_documents) == (20, 7)   # the model's own wins
+    assert by["z"].max_candidate_labels == 5
+    assert by["p"].pii_hash_salt == "own"
+    assert not hasattr(cfg.server, "max_rerank_documents")
+    for key, kind in (("max_rerank_documents", "rerank"), ("max_candidate_labels", "zeroshot"),
+                      ("pii_hash_salt", "pii")):
+        assert f"server.{key} is deprecated: set `{key}` on each {kind} model" in caplog.text
+    defaults = parse_config({"models": [{"name": "r", "kind": "rerank", "hf": "o/r"}]})
+    assert defaults.models[0].options.max_rerank_documents == 1000
+
+
+def test_a_bad_old_server_limit_names_its_key():
+    with pytest.raises(ConfigError) as e:
+        parse_config({"server": {"max_candidate_labels": 0},
+                      "models": [{"name": "z", "kind": "zeroshot", "hf": "o/z", "max_rerank_documents": 3}]})
+    assert "server.max_candidate_labels: must be > 0, got 0" in str(e.value)
+    assert "models[0].max_rerank_documents: applies to kind rerank only; model 'z' is kind zeroshot" in str(e.value)

@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from rsinfer_cli.config import ModelConfig, ServerConfig, parse_config
+from rsinfer_cli.config import ModelConfig, parse_config
 from rsinfer_cli.engine.model import load_model
 from rsinfer_cli.errors import InputError
 from rsinfer_cli.pipelines.pii import (
@@ -43,7 +43,7 @@ def ref(shared_models) -> dict:
 @pytest.fixture(scope="module")
 def pii(shared_models) -> PiiPipeline:
     return PiiPipeline(load_model(ModelConfig(name="pii", kind="pii", path=str(shared_models / "rampart-pii"),
-                                              replicas=1)), ServerConfig(pii_hash_salt="test-salt"))
+                                              replicas=1, options=PiiOptions(pii_hash_salt="test-salt"))))
 
 
 @pytest.fixture(scope="module")

@@ -494,7 +494,7 @@ def test_input_checks_add_the_batch_dimension_to_exactly_the_inputs_without_it(t
     cfg = parse_config({"models": [{"name": "ab", "kind": "tensor", "path": str(tmp_path / "ab"),
                                     "max_batch_size": 4}]})
     registry = Registry.load(cfg)
-    pipe = build_pipeline(registry.get("ab", "tensor", None), cfg.server)
+    pipe = build_pipeline(registry.get("ab", "tensor", None))
     f = np.float32
     cases = [   # (inputs, the shapes checked, the batch size)
         ({"A": np.ones(2, f), "B": np.ones((1, 2), f)}, {"A": (1, 2), "B": (1, 2)}, None),   # one leaves it out

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 if TYPE_CHECKING:    # the parts' types only: importing them would import numpy, onnxruntime and aiohttp
     from aiohttp.web import Response, RouteTableDef
 
-    from .config import ServerConfig
     from .engine.model import LoadedModel
     from .pipelines.base import RowPipeline
     from .server.routes.common import Call
@@ -34,7 +33,7 @@ Part: TypeAlias = str | T
 # config.json facts → why this folder is of the family (None: it is not); see `guess_kind`
 Recognise = Callable[[Mapping[str, Any], bool], "str | None"]
 # the pipeline's class (or any factory): built once per loaded model
-PipelineFactory = Callable[["LoadedModel", "ServerConfig | None"], "RowPipeline"]
+PipelineFactory = Callable[["LoadedModel"], "RowPipeline"]
 # a Typer command function
 Command = Callable[..., None]
 # `rsinfer bench --url`: route → function(texts) → request body

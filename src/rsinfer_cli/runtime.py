@@ -67,7 +67,7 @@ class Runtime:
         self.metrics = metrics
         self.inline_prep = inline_prep
         plan = registry.plan
-        self.pipelines: dict[str, RowPipeline] = {key: build_pipeline(m, config.server)
+        self.pipelines: dict[str, RowPipeline] = {key: build_pipeline(m)
                                                   for key, m in registry.models.items()}
         # forwards: one thread per replica; tokenizing and the answers of batched requests
         self.infer_executor = ThreadPoolExecutor(max_workers=plan.infer_threads if queues is None else 1,

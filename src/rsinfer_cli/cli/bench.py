@@ -110,10 +110,10 @@ def bench_in_process(cfg: Any, server: Any, eps: list[str], batch_sizes: list[in
                 bar.advance(task, len(batch_sizes) * len(seq_lens))
                 continue
             try:
-                pipe = build_pipeline(model, server)
+                pipe = build_pipeline(model)
             except ModelLoadError:  # a graph without a batch dimension: run it as it is
                 model.config = dataclasses.replace(model.config, max_batch_size=0)
-                pipe = build_pipeline(model, server)
+                pipe = build_pipeline(model)
             session = model.sessions[0]
             try:
                 pipe.sample_rows(1, 1, shapes)  # a --shape that does not fit is an option error

@@ -1,8 +1,8 @@
 """The docs site's reference pages, generated like the man page (`make completions man docs-ref`; a test diffs them):
 
-- `docs/reference/configuration.md` from the config dataclasses (config.py) and each family's options dataclass: every
-  key with its type, default, allowed values and the comment written beside the field in the source — one source
-  of truth: a key added to a dataclass appears here, and a key without a comment fails the test;
+- `docs/reference/configuration.md` from the config dataclasses (config/schema.py) and each family's options
+  dataclass: every key with its type, default, allowed values and the comment written beside the field in the
+  source — one source of truth: a key added to a dataclass appears here, and a key without a comment fails the test;
 - `docs/reference/cli.md` from the Typer app, as the completions and the man page are;
 - `docs/reference/metrics.md` from the metrics registry (server/metrics.py).
 """
@@ -156,7 +156,7 @@ def _sections() -> list[tuple[type, str, str]]:
 
 
 def configuration_md() -> str:
-    out = [HEADER.format(src="the config dataclasses (src/rsinfer_cli/config.py) and each family's options"),
+    out = [HEADER.format(src="the config dataclasses (src/rsinfer_cli/config/schema.py) and each family's options"),
            "# Configuration reference", "",
            "Every key of the YAML config, from the dataclasses `rsinfer serve` reads it into. `config.example.yaml` "
            "shows a working file; a key not listed here is an error at start-up that names its path "

@@ -6,16 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from .. import families
-from ..config import ServerConfig
 from ..engine.model import LoadedModel
 from .base import RowPipeline
 
 
-def build_pipeline(model: LoadedModel, server: ServerConfig | None = None) -> RowPipeline:
-    """The pipeline of a loaded model's family, validated against the model now (a mismatch is a load error);
-    `server` supplies server-wide settings (the PII hash salt)."""
+def build_pipeline(model: LoadedModel) -> RowPipeline:
+    """The pipeline of a loaded model's family, validated against the model now (a mismatch is a load error). It
+    takes the model alone: a family's settings are its models' keys (`Family.options`), never the server's."""
     factory = families.get(model.kind).pipeline_factory()
-    pipe: RowPipeline = factory(model, server)
+    pipe: RowPipeline = factory(model)
     return pipe
 
 

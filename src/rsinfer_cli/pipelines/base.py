@@ -15,7 +15,6 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ..config import ServerConfig
 from ..engine.cache import decode_value, encode_value, model_identity, row_key
 from ..engine.model import LoadedModel
 from ..engine.scheduler import Runner, run_rows
@@ -70,9 +69,8 @@ class RowPipeline:
 
     kind = ""
 
-    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
+    def __init__(self, model: LoadedModel) -> None:
         self.model = model
-        self.server = server or ServerConfig()
         self.max_rows = model.config.batching.max_rows
         self.max_tokens = model.max_tokens
         self.max_padding = model.max_padding

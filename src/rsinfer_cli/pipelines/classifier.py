@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ServerConfig, opt
+from ..config import opt
 from ..engine.model import LoadedModel
 from ..errors import InferenceError, InputError, ModelLoadError
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, sigmoid, softmax, stack
@@ -73,8 +73,8 @@ class Classified(Timed):
 class ClassifierPipeline(TextPipeline):
     kind = "classifier"
 
-    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
-        super().__init__(model, server)
+    def __init__(self, model: LoadedModel) -> None:
+        super().__init__(model)
         opts: ClassifierOptions = model.config.options
         self.output = pick_output(model, LOGIT_OUTPUTS)
         shape = self.output_shape(self.output)

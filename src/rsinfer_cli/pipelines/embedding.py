@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ServerConfig, opt
+from ..config import opt
 from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
 from .base import Array, Timed, Timing, Work, stack
@@ -88,8 +88,8 @@ class EmbeddingOptions:
 class EmbeddingPipeline(TextPipeline):
     kind = "embedding"
 
-    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
-        super().__init__(model, server)
+    def __init__(self, model: LoadedModel) -> None:
+        super().__init__(model)
         opts: EmbeddingOptions = model.config.options
         self.st: StFolder | None = read_folder(model)
         st_pooling = self.st.pooling if self.st is not None else None

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ServerConfig, opt
+from ..config import opt
 from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, softmax
@@ -378,7 +378,7 @@ class PiiOptions:
 
     # a token's label probability needed to be part of an entity (a request's `threshold` overrides)
     threshold: float = opt(0.5, ge=0, le=1)
-    # this model's salt for `hash` mode (else server.pii_hash_salt)
+    # the salt of `hash` mode; unset: random per process (equal values hash equal only within one)
     pii_hash_salt: str | None = None
     # pattern recognizers beside the model, each validating what it finds; [] turns them off
     pii_recognizers: tuple[str, ...] = opt(DEFAULT_RECOGNIZERS, choices=RECOGNIZERS)
@@ -407,12 +407,10 @@ class PiiPipeline(TextPipeline):
     kind = "pii"
     ragged = True
 
-    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
-        """The server's `pii_hash_salt` is the hash salt unless the model sets its own."""
-        super().__init__(model, server)
+    def __init__(self, model: LoadedModel) -> None:
+        super().__init__(model)
         cfg = model.config
         opts: PiiOptions = cfg.options
-        salt = self.server.pii_hash_salt
         self.labels = id2label(model)
         self.output = pick_output(model, LOGIT_OUTPUTS)
         shape = self.output_shape(self.output)
@@ -443,10 +441,9 @@ class PiiPipeline(TextPipeline):
             raise ModelLoadError(f"model '{cfg.name}': max_len {max_len} leaves no room for text", model=cfg.name)
         self.overlap = max(max_len // 4, 1) if self.window > max_len // 4 else self.window // 2
         self.threshold = opts.threshold
-        self.salt_source = "pii_hash_salt of the model" if opts.pii_hash_salt else (
-            "server.pii_hash_salt" if salt else "random per process (set pii_hash_salt for stable hashes)")
-        chosen = opts.pii_hash_salt or salt
-        self.salt = chosen.encode("utf-8") if chosen else secrets.token_bytes(16)
+        self.salt_source = "pii_hash_salt" if opts.pii_hash_salt else \
+            "random per process (set pii_hash_salt for stable hashes)"
+        self.salt = opts.pii_hash_salt.encode("utf-8") if opts.pii_hash_salt else secrets.token_bytes(16)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "pii", "output": self.output, "labels": self.labels, "entity_types": self.types,

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ServerConfig, opt
+from ..config import opt
 from ..engine.model import LoadedModel
 from ..errors import InferenceError, ModelLoadError, TokenizeError
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, last_token_index, pick_output, sigmoid, stack
@@ -40,14 +40,17 @@ class RerankOptions:
 
     # auto: from the output's shape ([B,1] sigmoid, [B,2] softmax, [B,S,V] P(yes)); logit: raw values
     scoring: str = opt("auto", choices=("auto", "logit", "sigmoid", "softmax", "yes_no"))
+    # documents per request; more → 413 (was server.max_rerank_documents)
+    max_rerank_documents: int = opt(1000, gt=0)
 
 
 class RerankPipeline(TextPipeline):
     kind = "rerank"
 
-    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
-        super().__init__(model, server)
+    def __init__(self, model: LoadedModel) -> None:
+        super().__init__(model)
         cfg = model.config
+        self.max_documents: int = cfg.options.max_rerank_documents   # per request, on every route
         self.output = pick_output(model, LOGIT_OUTPUTS)
         self.shape = self.output_shape(self.output)
         shape = self.shape

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ServerConfig, opt
+from ..config import opt
 from ..engine.model import LoadedModel, sample_feeds
 from ..engine.session import Session, TensorInfo
 from ..errors import InferenceError, InputError, ModelLoadError
@@ -97,8 +97,8 @@ class TensorOptions:
 class TensorPipeline(RowPipeline):
     kind = "tensor"
 
-    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
-        super().__init__(model, server)
+    def __init__(self, model: LoadedModel) -> None:
+        super().__init__(model)
         self.max_batch_size = model.config.max_batch_size
         self.inputs = {t.name: t for t in model.graph.inputs}
         self._shapes = {t.name: kserve_shape(t) for t in model.graph.inputs}   # checked against on every request

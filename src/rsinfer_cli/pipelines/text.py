@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..config import ServerConfig
 from ..engine.model import LoadedModel
 from ..engine.session import GraphInfo, Session, TensorInfo
 from ..errors import InputError, ModelLoadError, TokenizeError
@@ -210,8 +209,8 @@ class TextPipeline(RowPipeline):
     output: str
     ragged = False
 
-    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
-        super().__init__(model, server)
+    def __init__(self, model: LoadedModel) -> None:
+        super().__init__(model)
         if model.resolved.tokenizer_path is None:
             raise ModelLoadError(f"model '{model.name}': a {model.kind} model needs tokenizer.json", model=model.name)
         self.encoder = TextEncoder(model.resolved.tokenizer_path, model.max_len, truncate=model.config.truncate,

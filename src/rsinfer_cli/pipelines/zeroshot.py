@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ServerConfig, opt
+from ..config import opt
 from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError, TokenizeError
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, sigmoid, softmax, stack
@@ -100,6 +100,8 @@ class ZeroShotOptions:
     contradiction_label: str = "contradiction"
     # hf: the transformers pipeline's scores; nli_margin: entailment vs contradiction margin
     zeroshot_scoring: str = opt("hf", choices=("hf", "nli_margin"))
+    # candidate labels per request; more → 400 (was server.max_candidate_labels)
+    max_candidate_labels: int = opt(64, gt=0)
 
     def check(self) -> list[tuple[str, str]]:
         tpl = self.hypothesis_template
@@ -111,10 +113,11 @@ class ZeroShotOptions:
 class ZeroShotPipeline(TextPipeline):
     kind = "zeroshot"
 
-    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
-        super().__init__(model, server)
+    def __init__(self, model: LoadedModel) -> None:
+        super().__init__(model)
         cfg = model.config
         opts: ZeroShotOptions = cfg.options
+        self.max_labels = opts.max_candidate_labels     # per request, on every route
         labels = self.labels = id2label(model)
         ent, con = find_label(labels, opts.entailment_label), find_label(labels, opts.contradiction_label)
         if ent is None or con is None or ent == con:

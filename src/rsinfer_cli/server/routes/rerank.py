@@ -128,12 +128,12 @@ BENCH = {
 
 def check_documents(n: int, key: str, max_docs: int) -> None:
     """The rerank rule for how many documents one request may score, on every route that reaches a rerank model
-    (the Hugging Face `/models/{name}` one too): not none, at most `server.max_rerank_documents` (else 413)."""
+    (the Hugging Face `/models/{name}` one too): not none, at most the model's `max_rerank_documents` (else 413)."""
     if not n:
         raise InputError(f"`{key}` is empty", param=key)
     if n > max_docs:
         raise PayloadTooLarge(f"`{key}` has {n} documents; at most {max_docs} per request "
-                              "(server.max_rerank_documents)", param=key)
+                              "(max_rerank_documents)", param=key)
 
 
 def _documents(raw: list[Any] | None, rank_fields: list[str] | None, key: str,
@@ -182,7 +182,7 @@ async def _score(call: Call[Any], query: str, texts: list[str], *, raw: bool = F
 async def rerank(request: web.Request) -> web.Response:
     call = await begin(request, "rerank", RerankRequest)
     req, model = call.req, call.model
-    max_docs = call.state.config.server.max_rerank_documents
+    max_docs = call.pipeline(RerankPipeline).max_documents
     if req.texts is not None and req.documents is None:
         return await _tei_rerank(call, max_docs)
     texts, docs = _documents(req.documents, req.rank_fields, "documents", max_docs)
@@ -208,7 +208,7 @@ async def _tei_rerank(call: Call[RerankRequest], max_docs: int) -> web.Response:
         raise InputError("`texts` cannot be empty", param="texts")
     if len(texts) > max_docs:
         raise PayloadTooLarge(f"`texts` has {len(texts)} documents; at most {max_docs} per request "
-                              "(server.max_rerank_documents)", param="texts")
+                              "(max_rerank_documents)", param="texts")
     direction = truncation_direction(req.truncation_direction)
     return_text = bool(req.return_text)
     result = await _score(call, req.query, texts, raw=bool(req.raw_scores), direction=direction,
@@ -227,7 +227,7 @@ async def cohere_v2_rerank(request: web.Request) -> web.Response:
     call = await begin(request, "rerank", CohereV2RerankRequest)
     req = call.req
     texts, docs = _documents(req.documents, req.rank_fields, "documents",
-                             call.state.config.server.max_rerank_documents)
+                             call.pipeline(RerankPipeline).max_documents)
     top_n = _top_n(req.top_n, len(texts))
     result = await _score(call, req.query, texts, max_tokens_per_doc=req.max_tokens_per_doc)
     order = ranked(result.scores, top_n)
@@ -248,7 +248,7 @@ SCORE_KEYS = (("text_1", "text_2"), ("queries", "documents"), ("queries", "items
 @routes.post("/score")
 async def vllm_score(request: web.Request) -> web.Response:
     call = await begin(request, "rerank", ScoreRequest)
-    req, model, limit = call.req, call.model, call.state.config.server.max_rerank_documents
+    req, model, limit = call.req, call.model, call.pipeline(RerankPipeline).max_documents
     left_key, right_key = next((k for k in SCORE_KEYS if getattr(req, k[0]) is not None and
                                 getattr(req, k[1]) is not None), SCORE_KEYS[0])
     left, right = getattr(req, left_key), getattr(req, right_key)
@@ -286,7 +286,7 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
         raise RequestValidationError("a rerank model answers sentence-similarity: `inputs` must be "
                                      "{\"source_sentence\", \"sentences\"}", param="inputs")
     source, sentences = inputs.source_sentence, inputs.sentences
-    check_documents(len(sentences), "inputs.sentences", call.state.config.server.max_rerank_documents)
+    check_documents(len(sentences), "inputs.sentences", call.pipeline(RerankPipeline).max_documents)
     check_chars(call, "inputs", [source, *sentences])
     scores = await call.infer(call.pipeline(RerankPipeline).plan_rerank, source, sentences)
     return json_response([float(s) for s in scores.scores], truncation_headers(scores.truncated))

@@ -86,11 +86,11 @@ def _input(call: Call[Any], value: str | list[str]) -> tuple[list[str], bool]:
 
 def check_labels(labels: list[str], key: str, limit: int) -> None:
     """The zero-shot rule for candidate labels, on every route that reaches a zero-shot model (the Hugging Face
-    `/models/{name}` one too): not none, at most `server.max_candidate_labels`, none blank, no duplicates."""
+    `/models/{name}` one too): not none, at most the model's `max_candidate_labels`, none blank, no duplicates."""
     if not labels:
         raise InputError(f"`{key}` is empty", param=key)
     if len(labels) > limit:
-        raise InputError(f"`{key}` has {len(labels)} labels; at most {limit} (server.max_candidate_labels)",
+        raise InputError(f"`{key}` has {len(labels)} labels; at most {limit} (max_candidate_labels)",
                          param=key)
     for i, label in enumerate(labels):
         if not label.strip():
@@ -109,10 +109,10 @@ def check_template(template: str | None, key: str) -> None:
 @routes.post("/v1/classify/zero-shot")
 async def zero_shot(request: web.Request) -> web.Response:
     call = await begin(request, "zeroshot", ZeroShotRequest)
-    state, req, model = call.state, call.req, call.model
+    req, model = call.req, call.model
     texts, single = _input(call, req.input)
     labels = req.candidate_labels
-    check_labels(labels, "candidate_labels", state.config.server.max_candidate_labels)
+    check_labels(labels, "candidate_labels", call.pipeline(ZeroShotPipeline).max_labels)
     template = req.hypothesis_template
     check_template(template, "hypothesis_template")
     res = await call.infer(call.pipeline(ZeroShotPipeline).plan_classify, texts, labels, bool(req.multi_label),
@@ -160,7 +160,7 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise RequestValidationError("`parameters.candidate_labels` must be an array of labels",
                                      param="parameters.candidate_labels")
-    check_labels(labels, "parameters.candidate_labels", call.state.config.server.max_candidate_labels)
+    check_labels(labels, "parameters.candidate_labels", call.pipeline(ZeroShotPipeline).max_labels)
     template = params.get("hypothesis_template")
     if template is not None and not isinstance(template, str):
         raise RequestValidationError("`parameters.hypothesis_template` must be a string",
