@@ -500,4 +500,4 @@ def test_engine_answers_rows_without_a_task(tmp_path):
         assert server._pending == {}
 
     asyncio.run(asyncio.wait_for(main(), 20))
-    server.executor.shutdown(wait=True)
+    asyncio.run(server.runtime.close())

@@ -81,13 +81,9 @@ def _progress(total: int, label: str) -> Any:
 
 def bench_in_process(cfg: Any, server: Any, eps: list[str], batch_sizes: list[int], seq_lens: list[int],
                      warmup: int, repeats: int, shapes: dict[str, list[int]] | None = None) -> list[dict[str, Any]]:
-    import dataclasses
-
-    from ..config import EPS, hub_cache_dir
-    from ..engine.model import load_model
+    from ..config import EPS
     from ..engine.session import PROVIDERS, available_providers
-    from ..errors import ConfigError, InputError, ModelLoadError
-    from ..pipelines import build_pipeline
+    from ..errors import ConfigError
 
     unknown = [e for e in eps if e not in EPS]
     if unknown:
@@ -101,43 +97,65 @@ def bench_in_process(cfg: Any, server: Any, eps: list[str], batch_sizes: list[in
                 rows.append({"ep": ep, "skipped": f"{PROVIDERS[ep]} is not installed in this onnxruntime build"})
                 bar.advance(task, len(batch_sizes) * len(seq_lens))
                 continue
-            run_cfg = dataclasses.replace(cfg, eps=(ep,), replicas=1)
-            if cfg.kind == "tensor" and cfg.max_batch_size == 0:  # batch sizes along dimension 0
-                run_cfg = dataclasses.replace(run_cfg, max_batch_size=max(batch_sizes))
-            model = load_model(run_cfg, server, hub_cache_dir(server.hf_cache_dir))
-            if model.providers[0] != ep:
-                rows.append({"ep": ep, "skipped": f"the session fell back to {model.providers[0]}"})
+            pipe = _ep_pipeline(cfg, server, ep, max(batch_sizes), shapes)
+            if isinstance(pipe, str):
+                rows.append({"ep": ep, "skipped": pipe})
                 bar.advance(task, len(batch_sizes) * len(seq_lens))
                 continue
-            try:
-                pipe = build_pipeline(model)
-            except ModelLoadError:  # a graph without a batch dimension: run it as it is
-                model.config = dataclasses.replace(model.config, max_batch_size=0)
-                pipe = build_pipeline(model)
-            session = model.sessions[0]
-            try:
-                pipe.sample_rows(1, 1, shapes)  # a --shape that does not fit is an option error
-            except InputError as exc:
-                raise ConfigError(str(exc)) from None
             for seq in seq_lens:
                 for batch in batch_sizes:
-                    sample, _ = pipe.sample_rows(batch, seq, shapes)  # the family's rows of this shape
-                    for _ in range(warmup):
-                        pipe.forward(session, sample)
-                    times = []
-                    for _ in range(repeats):
-                        t0 = time.perf_counter()
-                        pipe.forward(session, sample)
-                        times.append(time.perf_counter() - t0)
-                    mean = sum(times) / len(times)
-                    rows.append({"ep": ep, "batch": batch, "seq_len": seq, "rows_per_s": batch / mean,
-                                 **percentiles(times)})
+                    times = _timed(pipe, batch, seq, shapes, warmup, repeats)
+                    rows.append({"ep": ep, "batch": batch, "seq_len": seq, "rows_per_s": batch * len(times) /
+                                 sum(times), **percentiles(times)})
                     bar.advance(task)
     base = {(r["batch"], r["seq_len"]): r["rows_per_s"] for r in rows if r["ep"] == eps[0] and "rows_per_s" in r}
     for r in rows:
         if "rows_per_s" in r and (r["batch"], r["seq_len"]) in base:
             r["speedup"] = r["rows_per_s"] / base[(r["batch"], r["seq_len"])]
     return rows
+
+
+def _ep_pipeline(cfg: Any, server: Any, ep: str, max_batch: int, shapes: dict[str, list[int]] | None) -> Any:
+    """The model's pipeline on one replica of `ep` alone; a string when the session fell back to another EP."""
+    import dataclasses
+
+    from ..config import hub_cache_dir
+    from ..engine.model import load_model
+    from ..errors import ConfigError, InputError, ModelLoadError
+    from ..pipelines import build_pipeline
+
+    run_cfg = dataclasses.replace(cfg, eps=(ep,), replicas=1)
+    if cfg.kind == "tensor" and cfg.max_batch_size == 0:  # batch sizes along dimension 0
+        run_cfg = dataclasses.replace(run_cfg, max_batch_size=max_batch)
+    model = load_model(run_cfg, server, hub_cache_dir(server.hf_cache_dir))
+    if model.providers[0] != ep:
+        return f"the session fell back to {model.providers[0]}"
+    try:
+        pipe = build_pipeline(model)
+    except ModelLoadError:  # a graph without a batch dimension: run it as it is
+        model.config = dataclasses.replace(model.config, max_batch_size=0)
+        pipe = build_pipeline(model)
+    try:
+        pipe.sample_rows(1, 1, shapes)  # a --shape that does not fit is an option error
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
+    return pipe
+
+
+def _timed(pipe: Any, batch: int, seq: int, shapes: dict[str, list[int]] | None, warmup: int,
+           repeats: int) -> list[float]:
+    """Seconds of each of `repeats` forwards of `batch` rows of `seq` (the family's rows of that shape), after
+    `warmup` untimed ones."""
+    session = pipe.model.sessions[0]
+    sample, _ = pipe.sample_rows(batch, seq, shapes)
+    for _ in range(warmup):
+        pipe.forward(session, sample)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        pipe.forward(session, sample)
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 # ---------------------------------------------------------------- HTTP
@@ -243,24 +261,9 @@ def bench_cmd(
     from ..errors import ConfigError
 
     if url is not None:
-        if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"--url must start with http:// or https://, got '{url}'")
-        for name, value in (("--concurrency", concurrency), ("--requests", requests),
-                            ("--texts-per-request", texts_per_request)):
-            if value < 1:
-                raise ConfigError(f"{name} must be >= 1, got {value}")
-        if duration <= 0:
-            raise ConfigError(f"--duration must be > 0, got {duration}")
+        _check_http(url, concurrency, requests, texts_per_request, duration)
         request_body(route, model, [])  # validates the route before any traffic
-        texts = builtin_corpus()
-        if corpus is not None:
-            try:
-                texts = [x for x in corpus.read_text(encoding="utf-8").splitlines() if x.strip()]
-            except OSError as exc:
-                raise ConfigError(f"--corpus {corpus}: {exc.strerror}") from None
-            if not texts:
-                raise ConfigError(f"--corpus {corpus} has no texts")
-        res = bench_http(url, route, model, texts, concurrency, requests, duration, texts_per_request)
+        res = bench_http(url, route, model, _corpus(corpus), concurrency, requests, duration, texts_per_request)
         if json_out:
             print_json(res)
         else:
@@ -287,6 +290,34 @@ def bench_cmd(
         print_json({"model": cfg.name, "kind": cfg.kind, "results": rows})
     else:
         _ep_table(cfg.name, rows)
+
+
+def _check_http(url: str, concurrency: int, requests: int, texts_per_request: int, duration: float) -> None:
+    from ..errors import ConfigError
+
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"--url must start with http:// or https://, got '{url}'")
+    for name, value in (("--concurrency", concurrency), ("--requests", requests),
+                        ("--texts-per-request", texts_per_request)):
+        if value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+    if duration <= 0:
+        raise ConfigError(f"--duration must be > 0, got {duration}")
+
+
+def _corpus(corpus: Path | None) -> list[str]:
+    """--corpus's texts, one per non-blank line; the built-in corpus without it."""
+    from ..errors import ConfigError
+
+    if corpus is None:
+        return builtin_corpus()
+    try:
+        texts = [x for x in corpus.read_text(encoding="utf-8").splitlines() if x.strip()]
+    except OSError as exc:
+        raise ConfigError(f"--corpus {corpus}: {exc.strerror}") from None
+    if not texts:
+        raise ConfigError(f"--corpus {corpus} has no texts")
+    return texts
 
 
 def _ep_table(name: str, rows: list[dict[str, Any]]) -> None:

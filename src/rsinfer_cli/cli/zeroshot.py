@@ -47,25 +47,12 @@ def classify_cmd(
 ) -> None:
     import sys
 
-    from ..errors import ConfigError, InputError
-    from ..pipelines.zeroshot import ZeroShotPipeline, assertion_for
+    from ..pipelines.zeroshot import ZeroShotPipeline
     from .common import load_pipeline
     from .io import chunks, read_records, write_jsonl
 
-    zero_shot = labels is not None
-    if zero_shot == (question is not None or assertion is not None):
-        raise ConfigError("give either --labels (zero-shot) or --question / --assertion (true/false)")
-    label_list = [x.strip() for x in labels.split(",") if x.strip()] if zero_shot else []
-    if zero_shot and not label_list:
-        raise ConfigError("--labels is empty")
-    if template is not None and "{label}" not in template and "{}" not in template:
-        raise ConfigError("--template must contain {label} or {}")
-    if not 0.0 <= threshold <= 1.0:
-        raise ConfigError(f"--threshold must be between 0 and 1, got {threshold}")
-    try:
-        judged = None if zero_shot else assertion_for(question, assertion)
-    except InputError as exc:
-        raise ConfigError(f"--question: {exc}") from None
+    label_list, judged = _task(labels, question, assertion, template, threshold)
+    zero_shot = judged is None
     records = read_records(texts, input_, fmt, field)
     first = next(records, None)
     shot = load_pipeline(ZeroShotPipeline, name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
@@ -93,6 +80,30 @@ def classify_cmd(
         sys.stdout.flush()
     if table:
         _table(rows, zero_shot, judged)
+
+
+def _task(labels: str | None, question: str | None, assertion: str | None, template: str | None,
+          threshold: float) -> tuple[list[str], str | None]:
+    """The options checked: (the candidate labels, None) for zero-shot, ([], the assertion) for true/false."""
+    from ..errors import ConfigError, InputError
+    from ..pipelines.zeroshot import assertion_for
+
+    zero_shot = labels is not None
+    if zero_shot == (question is not None or assertion is not None):
+        raise ConfigError("give either --labels (zero-shot) or --question / --assertion (true/false)")
+    if template is not None and "{label}" not in template and "{}" not in template:
+        raise ConfigError("--template must contain {label} or {}")
+    if not 0.0 <= threshold <= 1.0:
+        raise ConfigError(f"--threshold must be between 0 and 1, got {threshold}")
+    if labels is not None:
+        label_list = [x.strip() for x in labels.split(",") if x.strip()]
+        if not label_list:
+            raise ConfigError("--labels is empty")
+        return label_list, None
+    try:
+        return [], assertion_for(question, assertion)
+    except InputError as exc:
+        raise ConfigError(f"--question: {exc}") from None
 
 
 def _table(rows: list[tuple[Record, dict[str, Any]]], zero_shot: bool, judged: str | None) -> None:

@@ -148,6 +148,63 @@ def whole_words(text: str, a: int, b: int) -> tuple[int, int]:
     return na, nb
 
 
+class _Walk:
+    """The BIOES walk's spans: those closed, and the one open ([type, start, end, probs])."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, int, int, list[float]]] = []
+        self.open: list[Any] | None = None
+
+    def close(self) -> None:
+        if self.open is not None:
+            self.spans.append((self.open[0], self.open[1], self.open[2], self.open[3]))
+            self.open = None
+
+    def start(self, etype: str, a: int, b: int, p: float) -> None:
+        self.close()
+        self.open = [etype, a, b, [p]]
+
+    def single(self, etype: str, a: int, b: int, p: float) -> None:
+        self.close()
+        self.spans.append((etype, a, b, [p]))
+
+    def extend(self, etype: str, b: int, p: float) -> bool:
+        """The open span, when of `etype`, taken to `b`; False when there is none of that type."""
+        if self.open is None or self.open[0] != etype:
+            return False
+        self.open[2] = b
+        self.open[3].append(p)
+        return True
+
+
+def _bioes(offsets: Sequence[tuple[int, int]], label_ids: Array, probs: Array, labels: Sequence[str],
+           threshold: float) -> list[tuple[str, int, int, list[float]]]:
+    """The tokens' spans by their BIOES tags; a `B-X` glued to the previous piece extends an open `X`."""
+    walk = _Walk()
+    prev_end = -1
+    for (a, b), lid, p in zip(offsets, label_ids, probs, strict=True):
+        if a == b:  # an empty piece carries no characters
+            continue
+        tag, etype = parse_tag(labels[lid]) if p >= threshold else ("O", "")
+        glued = a == prev_end
+        prev_end = b
+        if tag == "O":
+            walk.close()
+        elif tag == "S":
+            walk.single(etype, a, b, p)
+        elif tag == "B" and not glued:
+            walk.start(etype, a, b, p)
+        elif tag == "E":
+            if walk.extend(etype, b, p):
+                walk.close()
+            else:
+                walk.single(etype, a, b, p)
+        elif not walk.extend(etype, b, p):    # I, or a glued B, with no open span of its type
+            walk.start(etype, a, b, p)
+    walk.close()
+    return walk.spans
+
+
 def decode(text: str, offsets: Sequence[tuple[int, int]], label_ids: Array, probs: Array,
            labels: Sequence[str], threshold: float) -> list[Entity]:
     """The BIOES state machine over one text's tokens (special tokens already excluded).
@@ -157,48 +214,8 @@ def decode(text: str, offsets: Sequence[tuple[int, int]], label_ids: Array, prob
     and a span is widened to whole words (so `john` + `smith` + `com` labelled inside an address becomes the
     address), fragments of one type that then meet are merged, and of spans with the same range the most
     probable type is kept."""
-    spans: list[tuple[str, int, int, list[float]]] = []
-    open_: list[Any] | None = None  # [type, start, end, probs]
-    prev_end = -1
-
-    def close() -> None:
-        nonlocal open_
-        if open_ is not None:
-            spans.append((open_[0], open_[1], open_[2], open_[3]))
-            open_ = None
-
-    for (a, b), lid, p in zip(offsets, label_ids, probs, strict=True):
-        if a == b:  # an empty piece carries no characters
-            continue
-        tag, etype = parse_tag(labels[lid]) if p >= threshold else ("O", "")
-        glued = a == prev_end
-        prev_end = b
-        if tag == "O":
-            close()
-        elif tag == "S":
-            close()
-            spans.append((etype, a, b, [p]))
-        elif tag == "B" and not (glued and open_ is not None and open_[0] == etype):
-            close()
-            open_ = [etype, a, b, [p]]
-        elif tag in ("B", "I"):
-            if open_ is not None and open_[0] == etype:
-                open_[2] = b
-                open_[3].append(p)
-            else:
-                close()
-                open_ = [etype, a, b, [p]]
-        else:  # E
-            if open_ is not None and open_[0] == etype:
-                open_[2] = b
-                open_[3].append(p)
-                close()
-            else:
-                close()
-                spans.append((etype, a, b, [p]))
-    close()
     merged: list[list[Any]] = []  # [type, start, end, probs], sorted by start
-    for etype, a, b, ps in spans:
+    for etype, a, b, ps in _bioes(offsets, label_ids, probs, labels, threshold):
         piece = text[a:b]
         a, b = a + len(piece) - len(piece.lstrip()), b - (len(piece) - len(piece.rstrip()))
         if a >= b:
@@ -265,18 +282,22 @@ def _gap_ok(text: str, a: int, b: int, weak: Callable[[int, int], bool]) -> bool
     prev_unit = False
     for w in words:
         word = w.group().strip(".-")
-        low = word.lower()
         if not word:
             continue
-        ok = (low in _UNIT or low in _PARTICLES or low in _STREETS or (prev_unit and len(word) <= 6)
-              or (any(ch.isdigit() for ch in word) and len(word) <= 6)
-              or word[0].isupper() or weak(a + w.start(), a + w.end()))
-        if not ok:
+        if not _address_word(word, prev_unit) and not weak(a + w.start(), a + w.end()):
             return False
         if w.group().endswith(".") and len(word) > 4 and w.end() < len(gap):   # a sentence ends in the gap
             return False
-        prev_unit = low in _UNIT
+        prev_unit = word.lower() in _UNIT
     return True
+
+
+def _address_word(word: str, after_unit: bool) -> bool:
+    """A word that belongs to an address wherever it stands: a unit word or its designator, a particle, a street
+    type, a short number, a capitalised place-name word."""
+    low = word.lower()
+    return (low in _UNIT or low in _PARTICLES or low in _STREETS or (after_unit and len(word) <= 6)
+            or (any(ch.isdigit() for ch in word) and len(word) <= 6) or word[0].isupper())
 
 
 def merge_addresses(text: str, entities: Sequence[Entity], weak: Callable[[int, int], bool]) -> list[Entity]:

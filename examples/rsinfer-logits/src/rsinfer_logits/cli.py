@@ -22,7 +22,9 @@ def logits_cmd(
     from rsinfer_cli.cli.common import load_pipeline
     from rsinfer_cli.cli.io import read_records, write_jsonl
 
+    from .pipeline import LogitsPipeline
+
     records = list(read_records(texts, input_, fmt, field))
-    pipe = load_pipeline("logits", name=model, config=config, path=path, hf=hf)
-    for rec, row in zip(records, pipe.run(pipe.plan([r.text for r in records])).rows, strict=True):
+    shot = load_pipeline(LogitsPipeline, name=model, config=config, path=path, hf=hf)  # one model's runtime
+    for rec, row in zip(records, shot.run(shot.pipe.plan, [r.text for r in records]).rows, strict=True):
         write_jsonl({"index": rec.index, "logits": row})

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from rsinfer_cli.config import ServerConfig, opt
+from rsinfer_cli.config import opt
 from rsinfer_cli.engine.model import LoadedModel
 from rsinfer_cli.pipelines.base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, pick_output, stack
 from rsinfer_cli.pipelines.text import TextPipeline
@@ -29,8 +29,8 @@ class Logits(Timed):
 class LogitsPipeline(TextPipeline):
     kind = "logits"
 
-    def __init__(self, model: LoadedModel, server: ServerConfig | None = None) -> None:
-        super().__init__(model, server)
+    def __init__(self, model: LoadedModel) -> None:
+        super().__init__(model)
         self.output = pick_output(model, LOGIT_OUTPUTS)
         self.temperature = model.config.options.temperature
 
