@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from ..errors import (
@@ -21,6 +19,8 @@ from ..errors import (
     Saturated,
     VersionNotFound,
 )
+from ..jsonio import encode
+from .schemas import KServeError, OpenAIError, OpenAIErrorDetail
 
 
 class RequestValidationError(InputError):
@@ -70,16 +70,11 @@ def status_for(exc: BaseException) -> tuple[int, str]:
     return 500, "server_error"
 
 
-def error_body(status: int, message: str, type_: str, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": status}}
-
-
 def error_response(status: int, message: str, type_: str, param: str | None = None,
                    headers: dict[str, str] | None = None) -> web.Response:
-    from ..jsonio import dumps
-
-    return web.Response(status=status, body=dumps(error_body(status, message, type_, param)),
-                        content_type="application/json", headers=headers)
+    """The OpenAI-style error body every route but the tensor ones answers with."""
+    body = OpenAIError(error=OpenAIErrorDetail(message=message, type=type_, param=param, code=status))
+    return web.Response(status=status, body=encode(body), content_type="application/json", headers=headers)
 
 
 def response_for(exc: BaseException, kserve: bool = False) -> web.Response:
@@ -90,12 +85,10 @@ def response_for(exc: BaseException, kserve: bool = False) -> web.Response:
             exc.status if isinstance(exc, web.HTTPException) else 500
         message = exc.message if isinstance(exc, RsinferError) else \
             (exc.reason if isinstance(exc, web.HTTPException) else "internal server error")
-        from ..jsonio import dumps
-
         headers = {"Retry-After": "1"} if status in (429, 503) else None
         if status == 401:
             headers = {"WWW-Authenticate": 'Bearer realm="rsinfer"'}
-        return web.Response(status=status, body=dumps({"error": message}), content_type="application/json",
+        return web.Response(status=status, body=encode(KServeError(error=message)), content_type="application/json",
                             headers=headers)
     if isinstance(exc, RsinferError):
         status, type_ = status_for(exc)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from msgspec import Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 # OpenAI's untagged `input`: a string, strings, token ids or lists of token ids. msgspec takes one list type per
 # union, so the items are checked by hand after decoding (request.text_or_token_input).
@@ -32,7 +32,8 @@ class Request(Struct, kw_only=True):
 
 
 class Response(Struct, kw_only=True):
-    """A response body (documented; the routes build them as dicts)."""
+    """A response body: the routes build these and `json_response` encodes them (numpy arrays inside are written by
+    orjson: jsonio.encode), so what a route answers is what /openapi.json documents."""
 
 
 # ---------------------------------------------------------------- errors and common parts
@@ -56,6 +57,12 @@ class KServeError(Response):
 class Usage(Response):
     prompt_tokens: int
     total_tokens: int
+
+
+class ApiVersion(Response):
+    """Cohere's `meta.api_version`."""
+
+    version: str
 
 
 # ---------------------------------------------------------------- embeddings
@@ -85,7 +92,31 @@ class Health(Response):
     status: Literal["ok"]
     models_loaded: int                        # every model (each version its own) loaded and checked
     redis_connected: bool | None = None       # the Redis row cache answers; null without one
-    cache: Literal["ok", "unavailable"] | None = None
+    cache: Literal["ok", "unavailable"] | UnsetType = UNSET   # absent without a cache
+
+
+class NotReady(Response):
+    status: Literal["unavailable"]
+    reason: str
+
+
+class Info(Response):
+    """TEI's `/info` for the one model (or the default embedding / rerank model)."""
+
+    model_id: str
+    model_sha: str | None
+    model_dtype: str
+    kind: str
+    model_type: dict[str, dict[str, Any]]
+    max_input_length: int | None
+    max_concurrent_requests: int
+    max_batch_tokens: int
+    max_batch_requests: None
+    max_client_batch_size: int
+    max_batch_rows: int
+    auto_truncate: bool
+    tokenization_workers: int
+    version: str
 
 
 class ModelList(Response):
@@ -117,7 +148,7 @@ OPS: tuple[Op, ...] = (
     Op(("/openapi.json",), "GET", "This document (OpenAPI 3.1)", "operations", response=dict[str, Any], open=True),
     Op(("/docs",), "GET", "The API reference in a browser (no CDN: assets ship with rsinfer)", "operations",
        response="html", open=True),
-    Op(("/info",), "GET", "TEI: the model, its kind and limits", "operations", response=dict[str, Any]),
+    Op(("/info",), "GET", "TEI: the model, its kind and limits", "operations", response=Info),
     Op(("/models/{name}",), "POST", "Hugging Face Inference API: the task of the model's kind", "huggingface",
        HfRequest, Any),
     Op(("/",), "POST", "Hugging Face Inference API for the one model of a single-model config", "huggingface",

@@ -41,4 +41,5 @@ async def logits(request: web.Request) -> web.Response:
     check_count(call, "input", len(texts))
     check_chars(call, "input", texts)
     res = await call.infer(call.pipeline(LogitsPipeline).plan, texts, call.req.truncate)
-    return json_response({"object": "logits", "data": res.rows, "model": call.model.name, "usage": usage(res.tokens)})
+    return json_response(LogitsResponse(object="logits", data=res.rows, model=call.model.name,
+                                        usage=usage(res.tokens)))

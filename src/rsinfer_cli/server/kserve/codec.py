@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from ...errors import InputError
@@ -222,18 +223,33 @@ def requested_outputs(request: dict[str, Any]) -> tuple[list[str] | None, set[st
     return names, binary, binary_default
 
 
+class BinaryData(msgspec.Struct):
+    binary_data_size: int
+
+
+class OutputTensor(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """An output of a KServe v2 infer response: its values in `data`, or (binary tensor data extension) after the
+    JSON, `parameters.binary_data_size` bytes of them."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    parameters: BinaryData | None = None
+    data: list[Any] | None = None
+
+
 def encode_outputs(outputs: dict[str, Array], binary: set[str], everything_binary: bool,
-                   ) -> tuple[list[dict[str, Any]], list[bytes]]:
+                   ) -> tuple[list[OutputTensor], list[bytes]]:
     """(the JSON `outputs`, the binary chunks in the same order)."""
-    items: list[dict[str, Any]] = []
+    items: list[OutputTensor] = []
     chunks: list[bytes] = []
     for name, arr in outputs.items():
-        item: dict[str, Any] = {"name": name, "datatype": output_datatype(arr), "shape": list(arr.shape)}
+        item = OutputTensor(name=name, datatype=output_datatype(arr), shape=list(arr.shape))
         if name in binary or everything_binary:
             raw = to_raw(arr)
-            item["parameters"] = {"binary_data_size": len(raw)}
+            item.parameters = BinaryData(binary_data_size=len(raw))
             chunks.append(raw)
         else:
-            item["data"] = to_json_data(arr)
+            item.data = to_json_data(arr)
         items.append(item)
     return items, chunks

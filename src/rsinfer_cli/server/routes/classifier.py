@@ -45,6 +45,11 @@ class LabelScore(Response):
     score: float
 
 
+def label_scores(res: Classified) -> list[list[LabelScore]]:
+    """Each text's labels, best first."""
+    return [[LabelScore(label=label, score=score) for label, score in r] for r in res.results]
+
+
 class ClassifyRequest(Request):
     """infinity: texts to classify."""
 
@@ -117,7 +122,7 @@ async def predict(request: web.Request) -> web.Response:
     texts, pairs, single = _items(req.inputs)
     res = await _plan(call, texts, pairs, "inputs", raw=bool(req.raw_scores), truncate=req.truncate,
                       direction=truncation_direction(req.truncation_direction))
-    out = res.to_json()
+    out = label_scores(res)
     return json_response(out[0] if single else out, truncation_headers(res.truncated))
 
 
@@ -130,9 +135,9 @@ async def classify(request: web.Request) -> web.Response:
     if not texts:
         raise InputError("`input` is empty", param="input")
     res = await _plan(call, texts, None, "input", raw=bool(req.raw_scores), truncate=req.truncate, top_k=req.top_k)
-    return json_response({"object": "classify", "data": res.to_json(), "model": call.model.name,
-                          "usage": usage(res.tokens), "id": f"classify-{uuid.uuid4().hex}",
-                          "created": int(time.time())}, truncation_headers(res.truncated))
+    return json_response(ClassifyResponse(object="classify", data=label_scores(res), model=call.model.name,
+                                          usage=usage(res.tokens), id=f"classify-{uuid.uuid4().hex}",
+                                          created=int(time.time())), truncation_headers(res.truncated))
 
 
 async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.Response:
@@ -150,4 +155,4 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
                                      param="parameters.function_to_apply")
     function = check_function(function, "parameters.function_to_apply")
     res = await _plan(call, [inputs], None, "inputs", function=function, top_k=top_k)
-    return json_response(res.to_json(), truncation_headers(res.truncated))
+    return json_response(label_scores(res), truncation_headers(res.truncated))

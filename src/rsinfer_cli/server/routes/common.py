@@ -13,10 +13,11 @@ from aiohttp import web
 
 from ...engine.model import LoadedModel
 from ...errors import InputError
-from ...jsonio import dumps
+from ...jsonio import encode
 from ...pipelines.base import RowPipeline, Work
 from ...pipelines.infer import PlanArgs
 from ..errors import RequestValidationError
+from ..schemas import Usage
 from ..state import ServerState
 
 P = TypeVar("P", bound=RowPipeline)
@@ -109,9 +110,9 @@ def check_chars(call: Call[Any], key: str, texts: list[str] | str | None) -> Non
                                   "(max_text_chars)", param=where)
 
 
-def usage(tokens: int) -> dict[str, int]:
+def usage(tokens: int) -> Usage:
     """OpenAI's `usage` object (prompt tokens only: nothing is generated)."""
-    return {"prompt_tokens": tokens, "total_tokens": tokens}
+    return Usage(prompt_tokens=tokens, total_tokens=tokens)
 
 
 def truncation_direction(value: str | None) -> str:
@@ -119,8 +120,16 @@ def truncation_direction(value: str | None) -> str:
     return (value or "right").lower()
 
 
-def json_response(data: Any, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=dumps(data), content_type="application/json", headers=headers)
+def json_response(body: Any, headers: dict[str, str] | None = None) -> web.Response:
+    """A 200 with `body` - the route's response Struct (its documented schema: mypy checks the fields a route sets
+    against it), or a list of them - as JSON."""
+    return web.Response(body=encode(body), content_type="application/json", headers=headers)
+
+
+def vectors(rows: Any) -> list[list[float]]:
+    """A 2-D numpy array where a response Struct declares `list[list[float]]`: the array itself, which the encoder
+    writes through orjson at its own precision (jsonio.encode) - no Python float is made for it."""
+    return rows  # type: ignore[no-any-return]
 
 
 def truncation_headers(truncated: int) -> dict[str, str] | None:

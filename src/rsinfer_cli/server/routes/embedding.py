@@ -6,7 +6,6 @@ import base64
 import uuid
 from typing import Annotated, Any, Literal
 
-import numpy as np
 from aiohttp import web
 from msgspec import Meta
 
@@ -15,7 +14,7 @@ from ...jsonio import dumps
 from ...pipelines.embedding import EmbeddingPipeline, embedding_types
 from ..errors import RequestValidationError
 from ..request import text_or_token_input
-from ..schemas import Direction, Inputs, Model, Op, PositiveInt, Request, Response, SentencePair, Usage
+from ..schemas import ApiVersion, Direction, Inputs, Model, Op, PositiveInt, Request, Response, SentencePair, Usage
 from .common import (
     Call,
     begin,
@@ -26,6 +25,7 @@ from .common import (
     truncation_direction,
     truncation_headers,
     usage,
+    vectors,
 )
 
 # ---------------------------------------------------------------- request and response bodies
@@ -49,7 +49,7 @@ class EmbeddingsRequest(Request):
 class EmbeddingItem(Response):
     object: Literal["embedding"]
     index: int
-    embedding: list[float] | str
+    embedding: Annotated[list[float] | str, Meta(description="Floats, or base64 of little-endian float32")]
 
 
 class EmbeddingsResponse(Response):
@@ -80,12 +80,21 @@ class CohereEmbedRequest(Request):
     output_dimension: PositiveInt | None = None
 
 
+class BilledTokens(Response):
+    input_tokens: int
+
+
+class CohereEmbedMeta(Response):
+    api_version: ApiVersion
+    billed_units: BilledTokens
+
+
 class CohereEmbedResponse(Response):
     id: str
+    texts: list[str]
+    meta: CohereEmbedMeta
     response_type: Literal["embeddings_floats", "embeddings_by_type"]
     embeddings: list[list[float]] | dict[str, list[Any]]
-    texts: list[str]
-    meta: dict[str, Any]
 
 
 class TokenizeRequest(Request):
@@ -151,15 +160,15 @@ async def openai_embeddings(request: web.Request) -> web.Response:
     texts, ids, _ = _inputs(call, "input", req.input)
     result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, truncate=req.truncate,
                               prompt_name=req.prompt_name, prompt=req.prompt)
-    vectors = result.vectors
+    vecs = result.vectors
     if req.encoding_format == "base64":
-        le = vectors.astype("<f4", copy=False)
+        le = vecs.astype("<f4", copy=False)
         items: list[Any] = [base64.b64encode(le[i].tobytes()).decode("ascii") for i in range(len(le))]
     else:
-        items = list(vectors)
-    data = [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(items)]
-    return json_response({"object": "list", "data": data, "model": model.name,
-                          "usage": usage(result.tokens)},
+        items = list(vecs)
+    # a vector is its numpy row: the encoder writes it at float32 precision, with no Python floats made
+    data = [EmbeddingItem(object="embedding", index=i, embedding=e) for i, e in enumerate(items)]
+    return json_response(EmbeddingsResponse(object="list", data=data, model=model.name, usage=usage(result.tokens)),
                          truncation_headers(result.truncated))
 
 
@@ -171,7 +180,7 @@ async def tei_embed(request: web.Request) -> web.Response:
     result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, normalize=req.normalize,
                               truncate=req.truncate, direction=truncation_direction(req.truncation_direction),
                               param="inputs", prompt_name=req.prompt_name, prompt=req.prompt)
-    return json_response(np.asarray(result.vectors), truncation_headers(result.truncated))
+    return json_response(result.vectors, truncation_headers(result.truncated))
 
 
 @routes.post("/v1/embed")
@@ -194,13 +203,15 @@ async def cohere_embed(request: web.Request) -> web.Response:
     result = await call.infer(pipe.plan, texts, None, dimensions=dims, truncate=truncate != "NONE",
                               direction="left" if truncate == "START" else "right", param="texts",
                               prompt_name=pipe.prompt_for_input_type(req.input_type))
-    meta = {"api_version": {"version": "2" if v2 else "1"}, "billed_units": {"input_tokens": result.tokens}}
-    head: dict[str, Any] = {"id": str(uuid.uuid4()), "texts": texts, "meta": meta}
+    meta = CohereEmbedMeta(api_version=ApiVersion(version="2" if v2 else "1"),
+                           billed_units=BilledTokens(input_tokens=result.tokens))
     if types is None and not v2:  # v1 without embedding_types: plain float lists
-        return json_response({**head, "response_type": "embeddings_floats", "embeddings": result.vectors},
+        return json_response(CohereEmbedResponse(id=str(uuid.uuid4()), texts=texts, meta=meta,
+                                                 response_type="embeddings_floats", embeddings=vectors(result.vectors)),
                              truncation_headers(result.truncated))
-    return json_response({**head, "response_type": "embeddings_by_type",
-                          "embeddings": embedding_types(result.vectors, types or ["float"])},
+    return json_response(CohereEmbedResponse(id=str(uuid.uuid4()), texts=texts, meta=meta,
+                                             response_type="embeddings_by_type",
+                                             embeddings=embedding_types(result.vectors, types or ["float"])),
                          truncation_headers(result.truncated))
 
 
@@ -219,11 +230,9 @@ async def tei_tokenize(request: web.Request) -> web.Response:
     texts = [prefix + t for t in texts] if prefix else texts
     special = req.add_special_tokens is not False
     tok = pipe.encoder.tokenizer
-    out = []
-    for enc in tok.encode_batch(list(texts), add_special_tokens=special):
-        out.append([{"id": i, "text": t, "special": bool(m), "start": a, "stop": b}
-                    for i, t, m, (a, b) in zip(enc.ids, enc.tokens, enc.special_tokens_mask, enc.offsets,
-                                               strict=True)])
+    out = [[Token(id=i, text=t, special=bool(m), start=a, stop=b)
+            for i, t, m, (a, b) in zip(enc.ids, enc.tokens, enc.special_tokens_mask, enc.offsets, strict=True)]
+           for enc in tok.encode_batch(list(texts), add_special_tokens=special)]
     return json_response(out)
 
 

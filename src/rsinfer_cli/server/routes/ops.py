@@ -8,8 +8,9 @@ from typing import Any
 from aiohttp import web
 
 from ... import families
-from ...jsonio import dumps
-from .common import STATE
+from ...jsonio import dumps, encode
+from ..schemas import Health, Info, ModelList, NotReady
+from .common import STATE, json_response
 
 routes = web.RouteTableDef()
 
@@ -22,15 +23,15 @@ async def health(request: web.Request) -> web.Response:
     state = request.app[STATE]
     why = state.not_ready()
     if why is not None:
-        return web.Response(status=503, body=dumps({"status": "unavailable", "reason": why}),
+        return web.Response(status=503, body=encode(NotReady(status="unavailable", reason=why)),
                             content_type="application/json")
-    body: dict[str, Any] = {"status": "ok", "models_loaded": len(state.registry.models), "redis_connected": None}
+    body = Health(status="ok", models_loaded=len(state.registry.models))
     cache = state.cache
     if cache is not None:
-        body["cache"] = "ok" if cache.available else "unavailable"
+        body.cache = "ok" if cache.available else "unavailable"
         if state.config.server.cache is not None and state.config.server.cache.backend == "redis":
-            body["redis_connected"] = cache.available
-    return web.Response(body=dumps(body), content_type="application/json")
+            body.redis_connected = cache.available
+    return json_response(body)
 
 
 def public_source(source: str) -> str:
@@ -73,7 +74,7 @@ async def models(request: web.Request) -> web.Response:
             data[-1]["versions"] = [{"version": v.version, "source": public_source(v.card()["source"]),
                                      "weight": weights.get(v.version or "")} for v in entries]
             data[-1]["default_version"] = state.config.model(name).default_version
-    return web.Response(body=dumps({"object": "list", "data": data}), content_type="application/json")
+    return json_response(ModelList(object="list", data=data))
 
 
 @routes.get("/info")
@@ -92,14 +93,13 @@ async def info(request: web.Request) -> web.Response:
     m = reg.entries[name][0]
     pipe = state.pipelines[m.key]
     info_type = families.get(m.kind).info_type or m.kind
-    return web.Response(body=dumps({
-        "model_id": name, "model_sha": m.resolved.commit, "model_dtype": m.config.dtype, "kind": m.kind,
-        "model_type": {info_type: pipe.describe()},
-        "max_input_length": m.max_len, "max_concurrent_requests": state.config.server.max_queue,
-        "max_batch_tokens": pipe.max_tokens, "max_batch_requests": None, "max_client_batch_size":
-            state.config.server.max_texts, "max_batch_rows": pipe.max_rows, "auto_truncate": m.config.truncate,
-        "tokenization_workers": state.runtime.prep_executor._max_workers, "version": m.version or "1",
-    }), content_type="application/json")
+    return json_response(Info(
+        model_id=name, model_sha=m.resolved.commit, model_dtype=m.config.dtype, kind=m.kind,
+        model_type={info_type: pipe.describe()}, max_input_length=m.max_len,
+        max_concurrent_requests=state.config.server.max_queue, max_batch_tokens=pipe.max_tokens,
+        max_batch_requests=None, max_client_batch_size=state.config.server.max_texts, max_batch_rows=pipe.max_rows,
+        auto_truncate=m.config.truncate, tokenization_workers=state.runtime.prep_executor._max_workers,
+        version=m.version or "1"))
 
 
 @routes.get("/openapi.json")

@@ -10,6 +10,7 @@ from aiohttp import web
 from msgspec import Meta
 
 from ...errors import InputError
+from ...pipelines import pii
 from ...pipelines.pii import PiiPipeline
 from ..errors import RequestValidationError
 from ..schemas import Model, Op, Probability, Request, Response, Usage
@@ -32,12 +33,17 @@ class RedactRequest(PiiRequest):
     replacement: Annotated[str | None, Meta(description="A template with {type}, e.g. <{type}>")] = None
 
 
-class Entity(Response):
+class Entity(Response, omit_defaults=True):
     entity_type: str
     text: Annotated[str, Meta(description="The value found (detect only; redaction never returns it)")]
     score: float
     start: int
     end: int
+    scheme: Annotated[str | None, Meta(description="A NATIONAL_ID's scheme (DE_IDNR, FR_NIR, ...)")] = None
+
+    @classmethod
+    def of(cls, e: pii.Entity) -> Entity:
+        return cls(entity_type=e.entity_type, text=e.text, score=e.score, start=e.start, end=e.end, scheme=e.scheme)
 
 
 class RedactedSpan(Response):
@@ -49,8 +55,13 @@ class RedactedSpan(Response):
     redacted_start: int
     redacted_end: int
 
+    @classmethod
+    def of(cls, r: pii.Redacted) -> RedactedSpan:
+        return cls(entity_type=r.entity_type, score=r.score, start=r.start, end=r.end, replacement=r.replacement,
+                   redacted_start=r.redacted_start, redacted_end=r.redacted_end)
 
-class DetectResult(Response):
+
+class DetectResult(Response, omit_defaults=True):
     entities: list[Entity]
     text: str | None = None
 
@@ -65,6 +76,16 @@ class DetectResponse(Response):
 class RedactResult(Response):
     text: str
     entities: list[RedactedSpan]
+
+
+class HfEntity(Response):
+    """The Hugging Face Inference API's token-classification span (aggregation "simple")."""
+
+    entity_group: str
+    score: float
+    word: str
+    start: int
+    end: int
 
 
 class RedactResponse(Response):
@@ -116,14 +137,10 @@ async def detect(request: web.Request) -> web.Response:
     model = call.model
     texts, many = _texts(call)
     det = await call.infer(call.pipeline(PiiPipeline).plan_detect, texts, **_options(call))
-    results = []
-    for text, ents in zip(texts, det.entities, strict=True):
-        item: dict[str, Any] = {"entities": [e.to_json() for e in ents]}
-        if many:
-            item["text"] = text
-        results.append(item)
-    return json_response({"object": "pii.detection", "model": model.name, "results": results,
-                          "usage": usage(det.tokens)})
+    results = [DetectResult(entities=[Entity.of(e) for e in ents], text=text if many else None)
+               for text, ents in zip(texts, det.entities, strict=True)]
+    return json_response(DetectResponse(object="pii.detection", model=model.name, results=results,
+                                        usage=usage(det.tokens)))
 
 
 @routes.post("/pii/redact")
@@ -141,10 +158,10 @@ async def redact(request: web.Request) -> web.Response:
     res = await call.infer(call.pipeline(PiiPipeline).plan_redact, texts, mode=mode, mask_char=mask_char,
                            replacement=replacement, **_options(call))
     # never the removed values: each span says where it was and what stands there now
-    results = [{"text": r, "entities": [e.to_json() for e in spans]}
+    results = [RedactResult(text=r, entities=[RedactedSpan.of(e) for e in spans])
                for r, spans in zip(res.texts, res.spans, strict=True)]
-    return json_response({"object": "pii.redaction", "model": model.name, "results": results,
-                          "usage": usage(res.detection.tokens)})
+    return json_response(RedactResponse(object="pii.redaction", model=model.name, results=results,
+                                        usage=usage(res.detection.tokens)))
 
 
 async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.Response:
@@ -159,5 +176,5 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
     if isinstance(ignore, list):
         types = [t for t in pipe.types if t not in ignore and f"B-{t}" not in ignore and f"I-{t}" not in ignore]
     det = await call.infer(pipe.plan_detect, [inputs], None, types)
-    return json_response([{"entity_group": e.entity_type, "score": e.score, "word": e.text, "start": e.start,
-                           "end": e.end} for e in det.entities[0]])
+    return json_response([HfEntity(entity_group=e.entity_type, score=e.score, word=e.text, start=e.start, end=e.end)
+                          for e in det.entities[0]])

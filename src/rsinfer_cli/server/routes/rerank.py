@@ -13,7 +13,7 @@ from msgspec import Meta
 from ...errors import InputError, PayloadTooLarge
 from ...pipelines.rerank import RerankPipeline, ScoreResult, ranked
 from ..errors import RequestValidationError
-from ..schemas import Direction, Model, NonNegativeInt, Op, PositiveInt, Request, Response, Usage
+from ..schemas import ApiVersion, Direction, Model, NonNegativeInt, Op, PositiveInt, Request, Response, Usage
 from .common import Call, begin, check_chars, json_response, truncation_direction, truncation_headers, usage
 
 # ---------------------------------------------------------------- request and response bodies
@@ -39,10 +39,10 @@ class RerankRequest(Request):
     truncation_direction: Direction | None = None
 
 
-class RerankResult(Response):
+class RerankResult(Response, omit_defaults=True, kw_only=True):
     index: int
+    document: Annotated[dict[str, Any] | None, Meta(description="With return_documents: {text} or the record")] = None
     relevance_score: float
-    document: dict[str, Any] | None = None
 
 
 class RerankResponse(Response):
@@ -52,7 +52,7 @@ class RerankResponse(Response):
     usage: Usage
 
 
-class TeiRankItem(Response):
+class TeiRankItem(Response, omit_defaults=True):
     index: int
     score: float
     text: str | None = None
@@ -68,10 +68,25 @@ class CohereV2RerankRequest(Request):
     rank_fields: list[str] | None = None
 
 
+class BilledUnits(Response):
+    search_units: int
+
+
+class Tokens(Response):
+    input_tokens: int
+    output_tokens: int
+
+
+class CohereMeta(Response):
+    api_version: ApiVersion
+    billed_units: BilledUnits
+    tokens: Tokens
+
+
 class CohereV2RerankResponse(Response):
     id: str
     results: list[RerankResult]
-    meta: dict[str, Any]
+    meta: CohereMeta
 
 
 TextOrTexts = str | list[str]
@@ -189,16 +204,10 @@ async def rerank(request: web.Request) -> web.Response:
     top_n = _top_n(req.top_n, len(texts))
     return_documents = req.return_documents is not False
     result = await _score(call, req.query, texts, truncate=req.truncate)
-    results = []
-    for i in ranked(result.scores, top_n):
-        item: dict[str, Any] = {"index": i}
-        if return_documents:
-            item["document"] = _echo(docs[i])
-        item["relevance_score"] = float(result.scores[i])
-        results.append(item)
-    return json_response({"id": str(uuid.uuid4()), "model": model.name, "results": results,
-                          "usage": usage(result.tokens)},
-                         truncation_headers(result.truncated))
+    results = [RerankResult(index=i, document=_echo(docs[i]) if return_documents else None,
+                            relevance_score=float(result.scores[i])) for i in ranked(result.scores, top_n)]
+    return json_response(RerankResponse(id=str(uuid.uuid4()), model=model.name, results=results,
+                                        usage=usage(result.tokens)), truncation_headers(result.truncated))
 
 
 async def _tei_rerank(call: Call[RerankRequest], max_docs: int) -> web.Response:
@@ -213,12 +222,8 @@ async def _tei_rerank(call: Call[RerankRequest], max_docs: int) -> web.Response:
     return_text = bool(req.return_text)
     result = await _score(call, req.query, texts, raw=bool(req.raw_scores), direction=direction,
                           truncate=req.truncate)
-    out = []
-    for i in ranked(result.scores):
-        item: dict[str, Any] = {"index": i, "score": float(result.scores[i])}
-        if return_text:
-            item["text"] = texts[i]
-        out.append(item)
+    out = [TeiRankItem(index=i, score=float(result.scores[i]), text=texts[i] if return_text else None)
+           for i in ranked(result.scores)]
     return json_response(out, truncation_headers(result.truncated))
 
 
@@ -230,14 +235,12 @@ async def cohere_v2_rerank(request: web.Request) -> web.Response:
                              call.pipeline(RerankPipeline).max_documents)
     top_n = _top_n(req.top_n, len(texts))
     result = await _score(call, req.query, texts, max_tokens_per_doc=req.max_tokens_per_doc)
-    order = ranked(result.scores, top_n)
-    results: list[dict[str, Any]] = [{"index": i, "relevance_score": float(result.scores[i])} for i in order]
-    if req.return_documents:  # earlier v2 clients
-        for r, i in zip(results, order, strict=True):
-            r["document"] = _echo(docs[i])
-    meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": 1},
-            "tokens": {"input_tokens": result.tokens, "output_tokens": 0}}
-    return json_response({"id": str(uuid.uuid4()), "results": results, "meta": meta},
+    results = [RerankResult(index=i, relevance_score=float(result.scores[i]),    # documents: earlier v2 clients
+                            document=_echo(docs[i]) if req.return_documents else None)
+               for i in ranked(result.scores, top_n)]
+    meta = CohereMeta(api_version=ApiVersion(version="2"), billed_units=BilledUnits(search_units=1),
+                      tokens=Tokens(input_tokens=result.tokens, output_tokens=0))
+    return json_response(CohereV2RerankResponse(id=str(uuid.uuid4()), results=results, meta=meta),
                          truncation_headers(result.truncated))
 
 
@@ -270,10 +273,9 @@ async def vllm_score(request: web.Request) -> web.Response:
     check_chars(call, right_key, rights)
     result = await call.infer(call.pipeline(RerankPipeline).plan_pairs, lefts, rights, truncate=req.truncate,
                               param=right_key)
-    data = [{"index": i, "object": "score", "score": float(s)} for i, s in enumerate(result.scores)]
-    return json_response({"id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
-                          "model": model.name, "data": data,
-                          "usage": usage(result.tokens)},
+    data = [ScoreItem(index=i, object="score", score=float(s)) for i, s in enumerate(result.scores)]
+    return json_response(ScoreResponse(id=f"score-{uuid.uuid4().hex}", object="list", created=int(time.time()),
+                                       model=model.name, data=data, usage=usage(result.tokens)),
                          truncation_headers(result.truncated))
 
 

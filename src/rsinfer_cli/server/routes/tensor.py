@@ -4,6 +4,7 @@ KServe body `{"error": "..."}` (see server/errors.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -11,8 +12,9 @@ from aiohttp import web
 from msgspec import Meta, Struct
 
 from ...engine.model import LoadedModel
+from ...engine.session import TensorInfo
 from ...errors import InputError, ModelNotFound
-from ...jsonio import dumps
+from ...jsonio import encode
 from ...pipelines.tensor import TensorPipeline, TensorResult, datatype_of, kserve_shape, platform, tensor_metadata
 from ..kserve import codec
 from ..schemas import Model, Op, Request, Response
@@ -46,10 +48,10 @@ class KServeInferRequest(Request):
     outputs: list[KServeOutputRequest] | None = None
 
 
-class KServeInferResponse(Response):
+class KServeInferResponse(Response, omit_defaults=True, kw_only=True):
     model_name: str
-    outputs: list[KServeTensor]
-    model_version: str | None = None
+    model_version: str
+    outputs: list[codec.OutputTensor]
     id: str | None = None
 
 
@@ -86,6 +88,28 @@ class InferstackResponse(Response):
     model_version: str
 
 
+class TensorSchema(Response):
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+class InferstackVersion(Response):
+    version: str
+    inputs: list[TensorSchema]
+    outputs: list[TensorSchema]
+
+
+class InferstackModel(Response):
+    name: str
+    kind: str
+    versions: list[InferstackVersion]
+
+
+class InferstackModels(Response):
+    models: list[InferstackModel]
+
+
 OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
     Op(("/v2",), "GET", "KServe v2 server metadata", "tensor", response=KServeServerMetadata, errors="kserve"),
     Op(("/v2/health/live", "/v2/health/ready"), "GET", "KServe v2 health (200 = true)", "tensor",
@@ -102,7 +126,7 @@ OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), 
     Op(("/batch",), "POST", "inferstack-rs batch: one row per item", "tensor", InferstackRequest,
        InferstackResponse, errors="kserve"),
     Op(("/models",), "GET", "inferstack-rs: every model, its versions and their tensors", "tensor",
-       response=dict[str, Any], errors="kserve"),
+       response=InferstackModels, errors="kserve"),
 )
 
 
@@ -116,10 +140,11 @@ def model_of(state: ServerState, name: str | None, version: str | None) -> Loade
     return state.registry.get(name, "tensor", version or None)
 
 
-def metadata(state: ServerState, m: LoadedModel) -> dict[str, Any]:
+def metadata(state: ServerState, m: LoadedModel) -> KServeModelMetadata:
     g = m.graph
-    return {"name": m.name, "versions": state.registry.versions(m.name) or ["1"], "platform": platform(m),
-            "inputs": tensor_metadata(g.inputs), "outputs": tensor_metadata(g.outputs)}
+    return KServeModelMetadata(name=m.name, versions=state.registry.versions(m.name) or ["1"], platform=platform(m),
+                               inputs=[KServeTensorMeta(**t) for t in tensor_metadata(g.inputs)],
+                               outputs=[KServeTensorMeta(**t) for t in tensor_metadata(g.outputs)])
 
 
 async def infer(state: ServerState, m: LoadedModel, tensors: dict[str, Any],
@@ -150,10 +175,8 @@ async def kserve_infer(request: web.Request) -> web.Response:
     names, binary, binary_default = codec.requested_outputs(body)
     result: TensorResult = await state.core.infer(m, pipe.plan, tensors, names)
     items, chunks = codec.encode_outputs(result.outputs, binary, binary_default and names is None)
-    response: dict[str, Any] = {"model_name": m.name, "model_version": m.version or "1", "outputs": items}
-    if "id" in body:
-        response["id"] = body["id"]
-    head = dumps(response)
+    head = encode(KServeInferResponse(model_name=m.name, model_version=m.version or "1", outputs=items,
+                                      id=body.get("id")))
     if not chunks:
         return web.Response(body=head, content_type="application/json")
     return web.Response(body=head + b"".join(chunks), content_type="application/octet-stream",
@@ -175,7 +198,7 @@ async def ready(request: web.Request) -> web.Response:
 
 @routes.get("/v2")
 async def server_metadata(request: web.Request) -> web.Response:
-    return json_response({"name": "rsinfer", "version": "", "extensions": EXTENSIONS})
+    return json_response(KServeServerMetadata(name="rsinfer", version="", extensions=EXTENSIONS))
 
 
 @routes.get("/v2/models/{model}")
@@ -254,8 +277,8 @@ async def inferstack_infer(request: web.Request) -> web.Response:
         tensors = _legacy_tensor(pipe, req.input, "input")
     result = await infer(state, m, tensors)
     outputs = _named(result)
-    return json_response({"output": next(iter(outputs.values())), "outputs": outputs,
-                          "model_version": m.version or "1"})
+    return json_response(InferstackResponse(output=next(iter(outputs.values())), outputs=outputs,
+                                            model_version=m.version or "1"))
 
 
 @routes.post("/batch")
@@ -273,19 +296,19 @@ async def inferstack_batch(request: web.Request) -> web.Response:
     tensors = _legacy_tensor(pipe, items, "input")
     result = await infer(state, m, tensors)
     per_item = [{k: v[i].tolist() for k, v in result.outputs.items()} for i in range(len(items))]
-    return json_response({"outputs": per_item, "output": [next(iter(o.values())) for o in per_item],
-                          "model_version": m.version or "1"})
+    return json_response(InferstackResponse(output=[next(iter(o.values())) for o in per_item], outputs=per_item,
+                                            model_version=m.version or "1"))
 
 
 @routes.get("/models")
 async def inferstack_models(request: web.Request) -> web.Response:
     """Every model with its versions and each version's input/output schema (name, shape, dtype)."""
     state = request.app[STATE]
-    models = []
-    for name, versions in state.registry.entries.items():
-        models.append({"name": name, "kind": versions[0].kind, "versions": [
-            {"version": v.version or "1",
-             "inputs": [{"name": t.name, "shape": kserve_shape(t), "dtype": t.dtype} for t in v.graph.inputs],
-             "outputs": [{"name": t.name, "shape": kserve_shape(t), "dtype": t.dtype} for t in v.graph.outputs]}
-            for v in versions]})
-    return json_response({"models": models})
+    def schema(tensors: Sequence[TensorInfo]) -> list[TensorSchema]:
+        return [TensorSchema(name=t.name, shape=kserve_shape(t), dtype=t.dtype) for t in tensors]
+
+    return json_response(InferstackModels(models=[
+        InferstackModel(name=name, kind=versions[0].kind, versions=[
+            InferstackVersion(version=v.version or "1", inputs=schema(v.graph.inputs), outputs=schema(v.graph.outputs))
+            for v in versions])
+        for name, versions in state.registry.entries.items()]))

@@ -9,7 +9,7 @@ from msgspec import Meta
 
 from ...errors import InputError
 from ...pipelines.pii import check_threshold
-from ...pipelines.zeroshot import ZeroShotPipeline, assertion_for
+from ...pipelines.zeroshot import TrueFalse, ZeroShotPipeline, assertion_for
 from ..errors import RequestValidationError
 from ..schemas import Model, Op, Probability, Request, Response, Usage
 from .common import Call, begin, check_chars, check_count, json_response, usage
@@ -26,13 +26,20 @@ class ZeroShotRequest(Request):
     truncate: bool | None = None
 
 
-class ZeroShotResponse(Response):
+class Scored(Response):
+    labels: Annotated[list[str], Meta(description="Best first")]
+    scores: list[float]
+
+
+class ZeroShotResponse(Response, omit_defaults=True, kw_only=True):
+    """One input: `labels` and `scores`; a list of inputs: `results`, one per input."""
+
     object: Literal["classification", "classification.list"]
     model: str
-    usage: Usage
     labels: list[str] | None = None
     scores: list[float] | None = None
-    results: list[dict[str, Any]] | None = None
+    results: list[Scored] | None = None
+    usage: Usage
 
 
 class TrueFalseRequest(Request):
@@ -44,15 +51,34 @@ class TrueFalseRequest(Request):
     truncate: bool | None = None
 
 
-class TrueFalseResponse(Response):
+class Judged(Response):
+    label: Literal["true", "false"]
+    is_true: bool
+    true_probability: float
+    assertion: str
+
+    @classmethod
+    def of(cls, r: TrueFalse) -> Judged:
+        return cls(label="true" if r.is_true else "false", is_true=r.is_true, true_probability=r.true_probability,
+                   assertion=r.assertion)
+
+
+class TrueFalseResponse(Response, omit_defaults=True, kw_only=True):
+    """One input: its judgement's fields; a list of inputs: `results`, one per input."""
+
     object: Literal["classification.true_false", "classification.true_false.list"]
     model: str
-    usage: Usage
-    label: str | None = None
+    label: Literal["true", "false"] | None = None
     is_true: bool | None = None
     true_probability: float | None = None
     assertion: str | None = None
-    results: list[dict[str, Any]] | None = None
+    results: list[Judged] | None = None
+    usage: Usage
+
+
+class HfLabel(Response):
+    label: str
+    score: float
 
 
 OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
@@ -119,11 +145,11 @@ async def zero_shot(request: web.Request) -> web.Response:
                            template, req.truncate)
     if single:
         (r,) = res.results
-        return json_response({"object": "classification", "model": model.name, "labels": r.labels,
-                              "scores": r.scores, "usage": usage(res.tokens)})
-    return json_response({"object": "classification.list", "model": model.name,
-                          "results": [{"labels": r.labels, "scores": r.scores} for r in res.results],
-                          "usage": usage(res.tokens)})
+        return json_response(ZeroShotResponse(object="classification", model=model.name, labels=r.labels,
+                                              scores=r.scores, usage=usage(res.tokens)))
+    return json_response(ZeroShotResponse(object="classification.list", model=model.name,
+                                          results=[Scored(labels=r.labels, scores=r.scores) for r in res.results],
+                                          usage=usage(res.tokens)))
 
 
 @routes.post("/classify/true-false")
@@ -142,10 +168,12 @@ async def true_false(request: web.Request) -> web.Response:
     tf = await tcall.infer(tcall.pipeline(ZeroShotPipeline).plan_true_false, texts, assertion, threshold,
                            req.truncate)
     if single:
-        return json_response({"object": "classification.true_false", "model": model.name,
-                              **tf.results[0].to_json(), "usage": usage(tf.tokens)})
-    return json_response({"object": "classification.true_false.list", "model": model.name,
-                          "results": [r.to_json() for r in tf.results], "usage": usage(tf.tokens)})
+        j = Judged.of(tf.results[0])
+        return json_response(TrueFalseResponse(object="classification.true_false", model=model.name, label=j.label,
+                                               is_true=j.is_true, true_probability=j.true_probability,
+                                               assertion=j.assertion, usage=usage(tf.tokens)))
+    return json_response(TrueFalseResponse(object="classification.true_false.list", model=model.name,
+                                           results=[Judged.of(r) for r in tf.results], usage=usage(tf.tokens)))
 
 
 async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.Response:
@@ -169,4 +197,4 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
     res = await call.infer(call.pipeline(ZeroShotPipeline).plan_classify, [inputs], labels,
                            bool(params.get("multi_label", False)), template)
     r = res.results[0]
-    return json_response([{"label": label, "score": s} for label, s in zip(r.labels, r.scores, strict=True)])
+    return json_response([HfLabel(label=label, score=s) for label, s in zip(r.labels, r.scores, strict=True)])
