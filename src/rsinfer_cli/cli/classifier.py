@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, FIELD_OPT, FORMAT_OPT, HF_OPT, INPUT_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
+from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_SOURCE, ModelSource, model_command
 
 EXAMPLES = """
 
@@ -20,6 +20,7 @@ Examples:
 """
 
 
+@model_command
 def predict_cmd(
     texts: list[str] = typer.Argument(None, help="Texts to classify (else --input or stdin)."),
     top_k: int = typer.Option(None, "--top-k", help="Keep the K best labels per text (default: every label)."),
@@ -32,12 +33,7 @@ def predict_cmd(
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
     batch_size: int = typer.Option(None, "--batch-size",
                                    help="Texts per forward (default: the model's batching.max_rows)."),
-    model: str = MODEL_OPT,
-    config: Path = CONFIG_OPT,
-    path: Path = PATH_OPT,
-    hf: str = HF_OPT,
-    revision: str = REVISION_OPT,
-    dtype: str = DTYPE_OPT,
+    source: ModelSource = MODEL_SOURCE,
     truncate: bool = typer.Option(None, "--truncate/--no-truncate",
                                   help="Cut texts over max_len (default: the model's `truncate`)."),
 ) -> None:
@@ -55,8 +51,7 @@ def predict_cmd(
     except InputError as exc:
         raise ConfigError(str(exc).replace("`", "")) from None
     records = read_records(texts, input_, fmt, field)
-    shot = load_pipeline(ClassifierPipeline, name=model, config=config, path=path, hf=hf, revision=revision,
-                         dtype=dtype, max_rows=batch_size)
+    shot = load_pipeline(ClassifierPipeline, **source.options(), max_rows=batch_size)
     rows = []
     for chunk in chunks(records, 256):
         res = shot.run(shot.pipe.plan_classify, [r.text for r in chunk], raw=raw, function=chosen, top_k=top_k,

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import sys
+import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -35,6 +39,53 @@ MODEL_OPT = typer.Option(None, "--model", "-m", help="Model name in --config.")
 INPUT_OPT = typer.Option(None, "--input", "-i", help="File of lines or JSONL records ('-' = stdin).")
 FORMAT_OPT = typer.Option("auto", "--format", help="auto (JSONL when the first line is an object), lines, jsonl.")
 FIELD_OPT = typer.Option("text", "--field", help="JSONL field holding the text (dotted path: a.b).")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Which model a one-shot command loads: `--model NAME --config FILE`, or `--path DIR` / `--hf REPO`."""
+
+    model: str | None = None
+    config: Path | None = None
+    path: Path | None = None
+    hf: str | None = None
+    revision: str = "main"
+    dtype: str = "auto"
+
+    def options(self) -> dict[str, Any]:
+        """As load_pipeline's keyword arguments."""
+        return {"name": self.model, "config": self.config, "path": self.path, "hf": self.hf,
+                "revision": self.revision, "dtype": self.dtype}
+
+
+MODEL_SOURCE = ModelSource()   # the default of a `source: ModelSource` parameter (model_command replaces it)
+# the options a `source: ModelSource` parameter stands for, in the order --help lists them
+SOURCE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("model", str, MODEL_OPT), ("config", Path, CONFIG_OPT), ("path", Path, PATH_OPT), ("hf", str, HF_OPT),
+    ("revision", str, REVISION_OPT), ("dtype", str, DTYPE_OPT))
+
+
+def model_command(fn: Callable[..., None]) -> Callable[..., None]:
+    """A family command whose `source: ModelSource` parameter stands for --model/-m, --config, --path, --hf,
+    --revision and --dtype: Typer sees those six options where the parameter is, and the command gets them as
+    one ModelSource. One definition of the options every family's commands share."""
+    hints = typing.get_type_hints(fn)
+    params: list[inspect.Parameter] = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.name == "source":
+            params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
+                                         annotation=tp) for name, tp, default in SOURCE_OPTIONS]
+        else:
+            params.append(p.replace(annotation=hints.get(p.name, p.annotation)))
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> None:
+        given = {name: kwargs.pop(name) for name, _, _ in SOURCE_OPTIONS if name in kwargs}
+        fn(*args, source=ModelSource(**given), **kwargs)
+
+    command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
 
 
 def model_from_options(*, name: str | None, config: Path | None, path: Path | None, hf: str | None,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, FIELD_OPT, FORMAT_OPT, HF_OPT, INPUT_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
+from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_SOURCE, ModelSource, model_command
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -28,18 +28,14 @@ Examples:
 """
 
 
+@model_command
 def embed_cmd(
     texts: list[str] = typer.Argument(None, help="Texts to embed (else --input or stdin)."),
     input_: Path = INPUT_OPT,
     fmt: str = FORMAT_OPT,
     field: str = FIELD_OPT,
     output: Path = typer.Option(None, "--output", "-o", help="Write a float32 .npy [n, dim] instead of JSONL."),
-    model: str = MODEL_OPT,
-    config: Path = CONFIG_OPT,
-    path: Path = PATH_OPT,
-    hf: str = HF_OPT,
-    revision: str = REVISION_OPT,
-    dtype: str = DTYPE_OPT,
+    source: ModelSource = MODEL_SOURCE,
     dimensions: int = typer.Option(None, "--dimensions", help="Keep the first N dimensions, re-normalised."),
     normalize: bool = typer.Option(None, "--normalize/--no-normalize",
                                    help="L2-normalise the vectors (default: as the model says: a sentence-transformers"
@@ -67,7 +63,7 @@ def embed_cmd(
         check_writable(output, "--output")  # before loading any model
     records = read_records(texts, input_, fmt, field)
     first = next(records, None)  # validate the input before loading the model
-    shot = load_pipeline(EmbeddingPipeline, name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
+    shot = load_pipeline(EmbeddingPipeline, **source.options(),
                          max_rows=batch_size)
     pipe = shot.pipe
     pipe.check_dimensions(dimensions)       # a bad --dimensions or prompt name fails before any text is read

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT, OneShot
+from .common import MODEL_SOURCE, ModelSource, OneShot, model_command
 
 if TYPE_CHECKING:
     from ..pipelines.pii import PiiPipeline
@@ -284,6 +284,7 @@ def _regions(value: str | None) -> tuple[str, ...] | None:
     return tuple(r.strip().upper() for r in value.split(",") if r.strip()) if value else None
 
 
+@model_command
 def redact_cmd(
     input_: Path = INPUT_LINES_OPT,
     fields: list[str] = typer.Option(None, "--field", "-f", help="Field to redact (dotted path; repeatable)."),
@@ -301,21 +302,16 @@ def redact_cmd(
     hash_salt: str = typer.Option(None, "--hash-salt", envvar="RSINFER_PII_HASH_SALT", show_envvar=False,
                                   help="Salt for --mode hash (also $RSINFER_PII_HASH_SALT)."),
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines redacted together (memory stays bounded)."),
-    model: str = MODEL_OPT,
-    config: Path = CONFIG_OPT,
-    path: Path = PATH_OPT,
-    hf: str = HF_OPT,
-    revision: str = REVISION_OPT,
-    dtype: str = DTYPE_OPT,
+    source: ModelSource = MODEL_SOURCE,
 ) -> None:
     run = Run(redacting=True, fields=tuple(fields or ("text",)), plain=plain, on_error=on_error,
               allow_missing=allow_missing, mode=mode, mask_char=mask_char, replacement=replacement,
               threshold=threshold, types=_types(types), spans=spans,
               salt=hash_salt.encode("utf-8") if hash_salt else None, batch_lines=batch_lines)
-    _run(run, input_, {"name": model, "config": config, "path": path, "hf": hf, "revision": revision,
-                       "dtype": dtype, "pii_regions": _regions(regions)})
+    _run(run, input_, {**source.options(), "pii_regions": _regions(regions)})
 
 
+@model_command
 def detect_cmd(
     input_: Path = INPUT_LINES_OPT,
     fields: list[str] = typer.Option(None, "--field", "-f", help="Field to scan (dotted path; repeatable)."),
@@ -326,17 +322,11 @@ def detect_cmd(
     on_error: str = ON_ERROR_OPT,
     allow_missing: bool = ALLOW_MISSING_OPT,
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines scanned together (memory stays bounded)."),
-    model: str = MODEL_OPT,
-    config: Path = CONFIG_OPT,
-    path: Path = PATH_OPT,
-    hf: str = HF_OPT,
-    revision: str = REVISION_OPT,
-    dtype: str = DTYPE_OPT,
+    source: ModelSource = MODEL_SOURCE,
 ) -> None:
     run = Run(redacting=False, fields=tuple(fields or ("text",)), plain=plain, on_error=on_error,
               allow_missing=allow_missing, threshold=threshold, types=_types(types), batch_lines=batch_lines)
-    _run(run, input_, {"name": model, "config": config, "path": path, "hf": hf, "revision": revision,
-                       "dtype": dtype, "pii_regions": _regions(regions)})
+    _run(run, input_, {**source.options(), "pii_regions": _regions(regions)})
 
 
 redact_cmd.__doc__ = (__doc__ or "") + EXAMPLES

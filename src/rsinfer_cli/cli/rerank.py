@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, FIELD_OPT, FORMAT_OPT, HF_OPT, INPUT_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
+from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_SOURCE, ModelSource, model_command
 
 EXAMPLES = """
 
@@ -18,6 +18,7 @@ Examples:
 """
 
 
+@model_command
 def rerank_cmd(
     documents: list[str] = typer.Argument(None, help="Documents to score (else --input or stdin)."),
     query: str = typer.Option(..., "--query", "-q", help="The query every document is scored against."),
@@ -27,12 +28,7 @@ def rerank_cmd(
     top_n: int = typer.Option(None, "--top-n", help="Keep the N best documents."),
     raw: bool = typer.Option(False, "--raw", help="Raw logits instead of scores in (0, 1)."),
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
-    model: str = MODEL_OPT,
-    config: Path = CONFIG_OPT,
-    path: Path = PATH_OPT,
-    hf: str = HF_OPT,
-    revision: str = REVISION_OPT,
-    dtype: str = DTYPE_OPT,
+    source: ModelSource = MODEL_SOURCE,
     truncate: bool = typer.Option(None, "--truncate/--no-truncate",
                                   help="Cut pairs over max_len (default: the model's `truncate`)."),
 ) -> None:
@@ -44,7 +40,7 @@ def rerank_cmd(
     if top_n is not None and top_n < 0:
         raise ConfigError(f"--top-n must be >= 0, got {top_n}")
     records = list(read_records(documents, input_, fmt, field))  # ranking needs every document
-    shot = load_pipeline(RerankPipeline, name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype)
+    shot = load_pipeline(RerankPipeline, **source.options())
     pipe = shot.pipe
     result = shot.run(pipe.plan_rerank, query, [r.text for r in records], raw=raw, truncate=truncate)
     order = ranked(result.scores, top_n)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, FIELD_OPT, FORMAT_OPT, HF_OPT, INPUT_OPT, MODEL_OPT, PATH_OPT, REVISION_OPT
+from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_SOURCE, ModelSource, model_command
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -24,6 +24,7 @@ Examples:
 """
 
 
+@model_command
 def classify_cmd(
     texts: list[str] = typer.Argument(None, help="Texts to classify (else --input or stdin)."),
     labels: str = typer.Option(None, "--labels", "-l", help="Zero-shot: candidate labels, comma-separated."),
@@ -38,12 +39,7 @@ def classify_cmd(
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
     batch_size: int = typer.Option(None, "--batch-size",
                                    help="Pairs per forward (default: the model's batching.max_rows)."),
-    model: str = MODEL_OPT,
-    config: Path = CONFIG_OPT,
-    path: Path = PATH_OPT,
-    hf: str = HF_OPT,
-    revision: str = REVISION_OPT,
-    dtype: str = DTYPE_OPT,
+    source: ModelSource = MODEL_SOURCE,
 ) -> None:
     import sys
 
@@ -55,7 +51,7 @@ def classify_cmd(
     zero_shot = judged is None
     records = read_records(texts, input_, fmt, field)
     first = next(records, None)
-    shot = load_pipeline(ZeroShotPipeline, name=model, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
+    shot = load_pipeline(ZeroShotPipeline, **source.options(),
                          max_rows=batch_size)
     rows = []
 
