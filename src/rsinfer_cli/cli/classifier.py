@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_SOURCE, ModelSource, model_command
+from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, ModelFlags, model_command
 
 EXAMPLES = """
 
@@ -33,7 +33,7 @@ def predict_cmd(
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
     batch_size: int = typer.Option(None, "--batch-size",
                                    help="Texts per forward (default: the model's batching.max_rows)."),
-    source: ModelSource = MODEL_SOURCE,
+    source: ModelFlags = MODEL_FLAGS,
     truncate: bool = typer.Option(None, "--truncate/--no-truncate",
                                   help="Cut texts over max_len (default: the model's `truncate`)."),
 ) -> None:

@@ -42,7 +42,7 @@ FIELD_OPT = typer.Option("text", "--field", help="JSONL field holding the text (
 
 
 @dataclass(frozen=True)
-class ModelSource:
+class ModelFlags:
     """Which model a one-shot command loads: `--model NAME --config FILE`, or `--path DIR` / `--hf REPO`."""
 
     model: str | None = None
@@ -58,17 +58,17 @@ class ModelSource:
                 "revision": self.revision, "dtype": self.dtype}
 
 
-MODEL_SOURCE = ModelSource()   # the default of a `source: ModelSource` parameter (model_command replaces it)
-# the options a `source: ModelSource` parameter stands for, in the order --help lists them
+MODEL_FLAGS = ModelFlags()   # the default of a `source: ModelFlags` parameter (model_command replaces it)
+# the options a `source: ModelFlags` parameter stands for, in the order --help lists them
 SOURCE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("model", str, MODEL_OPT), ("config", Path, CONFIG_OPT), ("path", Path, PATH_OPT), ("hf", str, HF_OPT),
     ("revision", str, REVISION_OPT), ("dtype", str, DTYPE_OPT))
 
 
 def model_command(fn: Callable[..., None]) -> Callable[..., None]:
-    """A family command whose `source: ModelSource` parameter stands for --model/-m, --config, --path, --hf,
+    """A family command whose `source: ModelFlags` parameter stands for --model/-m, --config, --path, --hf,
     --revision and --dtype: Typer sees those six options where the parameter is, and the command gets them as
-    one ModelSource. One definition of the options every family's commands share."""
+    one ModelFlags. One definition of the options every family's commands share."""
     hints = typing.get_type_hints(fn)
     params: list[inspect.Parameter] = []
     for p in inspect.signature(fn).parameters.values():
@@ -81,7 +81,7 @@ def model_command(fn: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(fn)
     def command(*args: Any, **kwargs: Any) -> None:
         given = {name: kwargs.pop(name) for name, _, _ in SOURCE_OPTIONS if name in kwargs}
-        fn(*args, source=ModelSource(**given), **kwargs)
+        fn(*args, source=ModelFlags(**given), **kwargs)
 
     command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params}

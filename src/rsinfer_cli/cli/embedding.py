@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_SOURCE, ModelSource, model_command
+from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, ModelFlags, model_command
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -35,7 +35,7 @@ def embed_cmd(
     fmt: str = FORMAT_OPT,
     field: str = FIELD_OPT,
     output: Path = typer.Option(None, "--output", "-o", help="Write a float32 .npy [n, dim] instead of JSONL."),
-    source: ModelSource = MODEL_SOURCE,
+    source: ModelFlags = MODEL_FLAGS,
     dimensions: int = typer.Option(None, "--dimensions", help="Keep the first N dimensions, re-normalised."),
     normalize: bool = typer.Option(None, "--normalize/--no-normalize",
                                    help="L2-normalise the vectors (default: as the model says: a sentence-transformers"

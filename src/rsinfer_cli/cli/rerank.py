@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_SOURCE, ModelSource, model_command
+from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, ModelFlags, model_command
 
 EXAMPLES = """
 
@@ -28,7 +28,7 @@ def rerank_cmd(
     top_n: int = typer.Option(None, "--top-n", help="Keep the N best documents."),
     raw: bool = typer.Option(False, "--raw", help="Raw logits instead of scores in (0, 1)."),
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
-    source: ModelSource = MODEL_SOURCE,
+    source: ModelFlags = MODEL_FLAGS,
     truncate: bool = typer.Option(None, "--truncate/--no-truncate",
                                   help="Cut pairs over max_len (default: the model's `truncate`)."),
 ) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_SOURCE, ModelSource, model_command
+from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, ModelFlags, model_command
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -39,7 +39,7 @@ def classify_cmd(
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
     batch_size: int = typer.Option(None, "--batch-size",
                                    help="Pairs per forward (default: the model's batching.max_rows)."),
-    source: ModelSource = MODEL_SOURCE,
+    source: ModelFlags = MODEL_FLAGS,
 ) -> None:
     import sys
 

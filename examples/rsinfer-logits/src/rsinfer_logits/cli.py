@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rsinfer_cli.cli.common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_SOURCE, ModelSource, model_command
+from rsinfer_cli.cli.common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, ModelFlags, model_command
 
 
 @model_command      # `source` is --model/--config/--path/--hf/--revision/--dtype, as in rsinfer's own commands
@@ -15,7 +15,7 @@ def logits_cmd(
     input_: Path = INPUT_OPT,
     fmt: str = FORMAT_OPT,
     field: str = FIELD_OPT,
-    source: ModelSource = MODEL_SOURCE,
+    source: ModelFlags = MODEL_FLAGS,
 ) -> None:
     from rsinfer_cli.cli.common import load_pipeline
     from rsinfer_cli.cli.io import read_records, write_jsonl
