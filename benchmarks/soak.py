@@ -133,6 +133,8 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=5, help="the minute whose RSS the end is held to")
     ap.add_argument("--max-requests", type=int, default=10_000_000)
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
+    ap.add_argument("--src", type=Path, help="serve another checkout's src/ (a before side, run beside this one)")
+    ap.add_argument("--label", default="", help="what the section calls the server (e.g. a commit)")
     args = ap.parse_args()
     models = "\n".join([
         f"  - {{name: mini, kind: embedding, path: '{SHARED / 'all-minilm-l6-v2'}'}}",
@@ -143,7 +145,7 @@ def main() -> int:
         f"  - {{name: add, kind: tensor, path: '{SHARED / 'tensor-models' / 'add_one'}', max_batch_size: 8}}",
     ])
     with tempfile.TemporaryDirectory() as tmp, \
-            Serve(models, Path(tmp), server_yaml="max_body_mb: 1", log_level="info") as srv:
+            Serve(models, Path(tmp), server_yaml="max_body_mb: 1", log_level="info", src=args.src) as srv:
         res = asyncio.run(soak(srv.url, srv.proc.pid, args.minutes * 60, args.max_requests))
     counts: dict[str, int] = res["counts"]  # type: ignore[assignment]
     samples: list[tuple[float, int, int]] = res["samples"]  # type: ignore[assignment]
@@ -153,7 +155,8 @@ def main() -> int:
     passed = counts["5xx"] == 0 and counts["broken"] == 0 and counts["unexpected"] == 0 and abs(growth) <= 0.02
     requests = sum(counts[k] for k in ("ok", "4xx", "5xx"))
     every = max(1, len(samples) // 12)
-    lines = ["", "", "## Soak: every family's requests mixed with bad ones", "",
+    label = f" ({args.label})" if args.label else ""
+    lines = ["", "", f"## Soak: every family's requests mixed with bad ones{label}", "",
              f"Machine: {machine()}; run on {time.strftime('%Y-%m-%d')}. Reproduce: `.venv/bin/python "
              f"benchmarks/soak.py --minutes {args.minutes:g} --settle {args.settle:g}` ({CLIENTS} clients on "
              "127.0.0.1, the defaults, logging at info; the whole process tree's RSS every 10 s).", "",

@@ -272,6 +272,15 @@ class TestLoadedSessions:
         assert m.card()["threads"] == {"lanes": 2, "threads": 1, "sessions": 1, "latency_lane_threads": 2,
                                        "source": "plan", "spinning": "latency lane only"}
 
+    def test_no_memory_pattern_on_any_session(self, tmp_path):
+        """ORT's memory pattern keeps a plan per input shape forever: off on every session, the latency lane's too
+        (benchmarks/mem_pattern.py)."""
+        root = synth.write_model_dir(tmp_path / "m")
+        m = load_model(ModelConfig(name="m", kind="embedding", path=str(root)),
+                       threads=ModelThreads(lanes=2, threads=1, sessions=1, wide=2))
+        assert m.wide is not None
+        assert [s.get_session_options().enable_mem_pattern for s in (*m.sessions, m.wide)] == [False] * 3
+
     def test_configured_model_gets_what_it_says(self, tmp_path):
         root = synth.write_model_dir(tmp_path / "m")
         m = load_model(ModelConfig(name="m", kind="embedding", path=str(root), replicas=2, intra_threads=2))
