@@ -96,8 +96,8 @@ def session_options(cfg: ModelConfig, threads: int, spinning: bool | None = None
         so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # ORT's memory pattern keeps one allocation plan per distinct input shape and never drops one: with the
-    # (rows, tokens) shapes of batched text, a replica's memory grows for as long as new shapes come (+17.5 MiB
-    # over 3,000 forwards of all-MiniLM at up to 8 x 80, against +4.4 without), up to one plan for each of
+    # (rows, tokens) shapes of batched text, a replica's memory grows for as long as new shapes come (+16.3 MiB
+    # over 3,000 forwards of all-MiniLM at up to 8 x 80, against +3.5 without), up to one plan for each of
     # max_rows x max_len shapes. Without it forwards are as fast, varied shapes or fixed (benchmarks/mem_pattern.py)
     so.enable_mem_pattern = False
     return so
