@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from .config import Config, ServerConfig
 from .engine.cache import Cache, CacheStats
@@ -21,10 +21,9 @@ from .engine.registry import Registry
 from .engine.scheduler import ModelQueue, Observer, RowForward, Scheduler
 from .engine.threads import CpuBudget
 from .pipelines import build_pipeline
-from .pipelines.base import RowPipeline, Timing, Work
-from .pipelines.infer import Inference, PlanArgs
+from .pipelines.base import RowPipeline, Timing
+from .pipelines.infer import Inference
 
-R = TypeVar("R")
 # the engine process's forward: the pipeline's, wrapped (it tags rows with the front end they came from)
 ForwardWrap = Callable[[RowPipeline, LoadedModel], RowForward]
 
@@ -94,6 +93,8 @@ class Runtime:
 
     @property
     def core(self) -> Inference:
+        """The inference core every front door calls: `core.infer` (a request through its model's queue) and
+        `core.run` (synchronously on the first replica: the one-shot CLI). No wrapper layer of its own here."""
         if self._core is None:
             raise RuntimeError("Runtime.start() was not called")
         return self._core
@@ -120,16 +121,6 @@ class Runtime:
                                self.cache, settings.min_inference_ms if settings is not None else 0.0,
                                self.inline_prep)
         return self
-
-    async def infer(self, model: LoadedModel, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args,
-                    **kwargs: PlanArgs.kwargs) -> R:
-        """A request through the core: its model's queue, batched with others'."""
-        return await self.core.infer(model, plan, *args, **kwargs)
-
-    def run(self, model: LoadedModel, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args,
-            **kwargs: PlanArgs.kwargs) -> R:
-        """A request through the core, synchronously on the model's first replica (the one-shot CLI)."""
-        return self.core.run(model, plan, *args, **kwargs)
 
     def queue_stats(self) -> list[tuple[str, str, int, int, int]]:
         """(model, version, requests waiting, rows queued, forwards running)."""

@@ -208,4 +208,4 @@ class OneShot(Generic[P]):
         self.pipe = pipe
 
     def run(self, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args, **kwargs: PlanArgs.kwargs) -> R:
-        return self.runtime.run(self.model, plan, *args, **kwargs)
+        return self.runtime.core.run(self.model, plan, *args, **kwargs)
