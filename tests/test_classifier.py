@@ -90,7 +90,7 @@ def test_config_keys_are_the_familys(folder):
 
 def test_a_folder_is_recognised_as_a_classifier(shared_models):
     def kind(name: str) -> str:
-        return families.guess_kind(json.loads((shared_models / name / "config.json").read_text()))[0]
+        return families.guess_kind(families.Folder(json.loads((shared_models / name / "config.json").read_text())))[0]
 
     assert kind("tiny-textcls") == "classifier"
     assert kind("tiny-nli") == "zeroshot"            # entailment labels: still NLI

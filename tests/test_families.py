@@ -110,6 +110,52 @@ def test_toy_family_served_through_the_scheduler(toy, shared_models, batching, s
         assert n_forwards == len(requests)  # one forward per request (each fits max_rows)
 
 
+@pytest.mark.shared
+def test_a_family_answers_the_routes_it_serves(toy, shared_models):
+    """`serves`: a model of another family whose pipeline implements the toy protocol answers the toy routes, and is
+    their default when no toy model is configured; a model of a family that does not serve them is refused."""
+    served = families.Family(kind="toy-server", summary="serves toy", pipeline=ToyPipeline,
+                             routes=web.RouteTableDef(), needs_tokenizer=False, serves=("toy",))
+    families.register(served)
+    try:
+        path = str(shared_models / "tensor-models" / "add_one")
+        cfg = parse_config({"models": [{"name": "helper", "kind": "toy-server", "path": path},
+                                       {"name": "raw", "kind": "tensor", "path": path}]})
+        with ServerThread(cfg) as srv:
+            default = httpx.post(f"{srv.url}/toy/add-one", json={"rows": [[1, 2, 3, 4]]}, timeout=30)
+            named = httpx.post(f"{srv.url}/toy/add-one", json={"rows": [[0, 0, 0, 0]], "model": "helper"},
+                               timeout=30)
+            refused = httpx.post(f"{srv.url}/toy/add-one", json={"rows": [[0, 0, 0, 0]], "model": "raw"},
+                                 timeout=30)
+        assert default.status_code == 200 and default.json() == {"rows": [[2, 3, 4, 5]], "model": "helper"}
+        assert named.json()["rows"] == [[1, 1, 1, 1]]
+        assert refused.status_code == 400 and "is a tensor model but was used for a toy request" in refused.text
+        assert families.answers("toy-server", "toy") and not families.answers("tensor", "toy")
+    finally:
+        families.unregister("toy-server")
+
+
+def test_a_key_may_be_the_own_key_of_several_families():
+    """Two families may each own a key (`prompts` is embedding's and sparse's): each of them takes it, any other
+    kind is told which families it applies to."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Opts:
+        pooling: str = "max"
+
+    families.register(families.Family(kind="toy-opts", summary="pools", pipeline=ToyPipeline, options=Opts,
+                                      needs_tokenizer=False))
+    try:
+        cfg = parse_config({"models": [{"name": "m", "kind": "toy-opts", "path": "x", "pooling": "sum"}]})
+        assert cfg.models[0].options.pooling == "sum"
+        assert "toy-opts" in families.specific_fields()["pooling"]
+        with pytest.raises(ConfigError, match=r"models\[0\]\.pooling: applies to kind embedding and toy-opts only"):
+            parse_config({"models": [{"name": "m", "kind": "rerank", "hf": "a/b", "pooling": "cls"}]})
+    finally:
+        families.unregister("toy-opts")
+
+
 def test_served_kinds_and_bench_bodies_come_from_the_registry(toy):
     from rsinfer_cli.cli.bench import request_body
 
@@ -184,7 +230,7 @@ def test_text_keys_are_refused_on_a_tensor_model():
     ({}, False, "tensor"),
 ])
 def test_guess_kind(hf_config, has_tokenizer, kind):
-    assert families.guess_kind(hf_config, has_tokenizer)[0] == kind
+    assert families.guess_kind(families.Folder(hf_config, has_tokenizer))[0] == kind
 
 
 def test_serve_refuses_a_kind_without_routes_before_loading(tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 if TYPE_CHECKING:    # the parts' types only: importing them would import numpy, onnxruntime and aiohttp
@@ -30,8 +31,45 @@ T = TypeVar("T")
 # aiohttp), or the object itself. mypy checks an object against its part's type; a test resolves every built-in
 # family's strings and checks what they name.
 Part: TypeAlias = str | T
-# config.json facts → why this folder is of the family (None: it is not); see `guess_kind`
-Recognise = Callable[[Mapping[str, Any], bool], "str | None"]
+
+
+@dataclass(frozen=True)
+class Folder:
+    """What a model folder says about its family, for `guess_kind`: config.json, whether it has tokenizer.json, and
+    what a sentence-transformers folder adds (config_sentence_transformers.json's `model_type`: SentenceTransformer,
+    SparseEncoder, ColBERT; the classes modules.json names)."""
+
+    config: Mapping[str, Any]
+    has_tokenizer: bool = True
+    st_model_type: str | None = None
+    modules: tuple[str, ...] = ()
+
+    @property
+    def architectures(self) -> str:
+        return " ".join(str(a) for a in (self.config.get("architectures") or []))
+
+    @classmethod
+    def read(cls, aux: Mapping[str, Path], has_tokenizer: bool) -> Folder:
+        """From a resolved model's aux files (name → local path); an unreadable file counts as absent."""
+        import json
+
+        def read(name: str) -> Any:
+            path = aux.get(name)
+            try:
+                return json.loads(path.read_text(encoding="utf-8")) if path is not None else None
+            except (OSError, ValueError):
+                return None
+
+        config, st, modules = read("config.json"), read("config_sentence_transformers.json"), read("modules.json")
+        st_type = st.get("model_type") if isinstance(st, dict) else None
+        types = tuple(str(m.get("type", "")) for m in modules if isinstance(m, dict)) \
+            if isinstance(modules, list) else ()
+        return cls(config if isinstance(config, dict) else {}, has_tokenizer,
+                   st_type if isinstance(st_type, str) else None, types)
+
+
+# a folder's facts → why it is of the family (None: it is not); see `guess_kind`
+Recognise = Callable[[Folder], "str | None"]
 # the pipeline's class (or any factory): built once per loaded model
 PipelineFactory = Callable[["LoadedModel"], "RowPipeline"]
 # a Typer command function
@@ -59,6 +97,8 @@ class Family:
     priority: int = 50                # recognisers run in this order, lowest first
     hf_task: Part[HfTask] | None = None   # None: the HF routes refuse the kind
     info_type: str | None = None      # TEI /info's model_type key (embedding, reranker, classifier)
+    serves: tuple[str, ...] = ()      # other kinds whose routes its models answer too (their pipeline implements
+                                      # that kind's protocol, e.g. late_interaction's MaxSim serves rerank)
 
     # ------------------------------------------------------------ the parts, imported now and typed
 
@@ -139,13 +179,21 @@ def served_kinds() -> tuple[str, ...]:
     return tuple(f.kind for f in _FAMILIES.values() if f.routes is not None)
 
 
-def specific_fields() -> dict[str, str]:
-    """Model key → the one family that reads it: engine keys of ModelConfig and each family's own options."""
-    owners = {key: f.kind for f in _FAMILIES.values() for key in f.config_fields}
+def specific_fields() -> dict[str, tuple[str, ...]]:
+    """Model key → the families that read it: engine keys of ModelConfig and each family's own options (a key such
+    as `prompts` may be several families' own)."""
+    owners: dict[str, list[str]] = {}
     for f in _FAMILIES.values():
-        for key in option_fields(f.kind):
-            owners.setdefault(key, f.kind)
-    return owners
+        for key in (*f.config_fields, *option_fields(f.kind)):
+            if f.kind not in owners.setdefault(key, []):
+                owners[key].append(f.kind)
+    return {key: tuple(kinds) for key, kinds in owners.items()}
+
+
+def answers(model_kind: str, route_kind: str) -> bool:
+    """Whether a model of `model_kind` answers the routes of `route_kind`: its own, or a kind its family serves."""
+    fam = _FAMILIES.get(model_kind)
+    return model_kind == route_kind or (fam is not None and route_kind in fam.serves)
 
 
 def options_class(kind: str) -> type[Any] | None:
@@ -166,11 +214,11 @@ def all_ops() -> tuple[Op, ...]:
     return tuple(op for f in _FAMILIES.values() for op in f.route_ops())
 
 
-def guess_kind(hf_config: Mapping[str, Any], has_tokenizer: bool = True) -> tuple[str, str]:
-    """(kind, why) of a model folder from its config.json and whether it has a tokenizer."""
+def guess_kind(folder: Folder) -> tuple[str, str]:
+    """(kind, why) of a model folder from what its files say."""
     for fam in sorted(_FAMILIES.values(), key=lambda f: f.priority):
         recognise = fam.recogniser()
-        why = recognise(hf_config, has_tokenizer) if recognise is not None else None
+        why = recognise(folder) if recognise is not None else None
         if why is not None:
             return fam.kind, why
     return "embedding", "no family recognised the folder"
@@ -179,38 +227,34 @@ def guess_kind(hf_config: Mapping[str, Any], has_tokenizer: bool = True) -> tupl
 # ---------------------------------------------------------------- the built-in families
 
 
-def _arch(hf_config: Mapping[str, Any]) -> str:
-    return " ".join(str(a) for a in (hf_config.get("architectures") or []))
-
-
 def _labels(hf_config: Mapping[str, Any]) -> str:
     id2label = hf_config.get("id2label") or {}
     return " ".join(str(v).lower() for v in id2label.values()) if isinstance(id2label, dict) else ""
 
 
-def _is_tensor(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str | None:
-    return None if has_tokenizer else "no tokenizer.json: a graph served as raw tensors"
+def _is_tensor(folder: Folder) -> str | None:
+    return None if folder.has_tokenizer else "no tokenizer.json: a graph served as raw tensors"
 
 
-def _is_pii(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str | None:
-    arch = _arch(hf_config)
+def _is_pii(folder: Folder) -> str | None:
+    arch = folder.architectures
     return f"config.json architectures: {arch}" if "ForTokenClassification" in arch else None
 
 
-def _is_zeroshot(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str | None:
-    arch = _arch(hf_config)
-    if "ForSequenceClassification" in arch and "entail" in _labels(hf_config):
+def _is_zeroshot(folder: Folder) -> str | None:
+    arch = folder.architectures
+    if "ForSequenceClassification" in arch and "entail" in _labels(folder.config):
         return f"config.json architectures: {arch}; id2label has entailment"
     return None
 
 
-def _is_rerank(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str | None:
-    arch = _arch(hf_config)
+def _is_rerank(folder: Folder) -> str | None:
+    arch = folder.architectures
     return f"config.json architectures: {arch}" if "ForSequenceClassification" in arch else None
 
 
-def _is_embedding(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str:
-    return f"config.json architectures: {_arch(hf_config) or 'none'}"
+def _is_embedding(folder: Folder) -> str:
+    return f"config.json architectures: {folder.architectures or 'none'}"
 
 
 def _builtin(kind: str, summary: str, pipeline: str, commands: Sequence[str], options: str,

@@ -131,9 +131,9 @@ def model_from_options(*, name: str | None, config: Path | None, path: Path | No
 
 
 def guess_source_kind(cfg: Any, cache_dir: Path | None = None) -> tuple[str, str]:
-    """(kind, why) of a --path/--hf model from its files: config.json and whether a tokenizer is there."""
+    """(kind, why) of a --path/--hf model from its files: config.json, the sentence-transformers configs and
+    whether a tokenizer is there."""
     import dataclasses
-    import json
 
     from .. import families
     from ..engine.scripts import script_backend
@@ -147,12 +147,7 @@ def guess_source_kind(cfg: Any, cache_dir: Path | None = None) -> tuple[str, str
     if backend is not None:
         return "tensor", f"a script model folder (backend {backend})"
     resolved = resolve(ModelSource.of(cfg, needs_tokenizer=False), cache_dir)
-    path = resolved.aux.get("config.json")
-    try:
-        hf_cfg = json.loads(path.read_text(encoding="utf-8")) if path else {}
-    except (OSError, ValueError):
-        hf_cfg = {}
-    return families.guess_kind(hf_cfg if isinstance(hf_cfg, dict) else {}, resolved.tokenizer_path is not None)
+    return families.guess_kind(families.Folder.read(resolved.aux, resolved.tokenizer_path is not None))
 
 
 def print_json(data: Any) -> None:

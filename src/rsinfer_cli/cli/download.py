@@ -106,11 +106,4 @@ def download_cmd(
 
 
 def _guess_kind(resolved: Any) -> str:
-    import json
-
-    path = resolved.aux.get("config.json")
-    try:
-        hf_cfg = json.loads(path.read_text(encoding="utf-8")) if path else {}
-    except (OSError, ValueError):
-        hf_cfg = {}
-    return families.guess_kind(hf_cfg if isinstance(hf_cfg, dict) else {}, resolved.tokenizer_path is not None)[0]
+    return families.guess_kind(families.Folder.read(resolved.aux, resolved.tokenizer_path is not None))[0]

@@ -232,9 +232,10 @@ def _foreign_keys(m: ModelConfig, raw: dict[str, Any], where: str, errs: Errors)
     owners = fams.specific_fields()
     family = fams.get(m.kind)
     for key in raw:
-        owner = owners.get(key)
-        if owner is not None and owner != m.kind:
-            errs.add(f"{where}.{key}", f"applies to kind {owner} only; model '{m.name}' is kind {m.kind}")
+        kinds = owners.get(key)
+        if kinds is not None and m.kind not in kinds:
+            errs.add(f"{where}.{key}", f"applies to kind {' and '.join(kinds)} only; model '{m.name}' is kind "
+                                       f"{m.kind}")
         elif key in fams.TEXT_FIELDS and not family.needs_tokenizer:
             errs.add(f"{where}.{key}", f"applies to text models only; model '{m.name}' is kind {m.kind}")
 

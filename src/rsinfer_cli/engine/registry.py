@@ -10,6 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .. import families
 from ..config import Config, ModelConfig
 from ..errors import InputError, KindMismatch, ModelLoadError, ModelNotFound, RsinferError, VersionNotFound
 from .model import LoadedModel, load_model
@@ -58,12 +59,23 @@ class Registry:
         for name, versions in self.entries.items():
             by_kind.setdefault(versions[0].kind, []).append(name)
         for kind, names in by_kind.items():
-            flagged = [n for n in names if self.entries[n][0].config.default]
-            if len(flagged) > 1:
-                log.warning("several %s models have default: true (%s); using '%s'", kind, ", ".join(flagged),
-                            flagged[0])
-            if flagged or len(names) == 1:
-                self.defaults[kind] = (flagged or names)[0]
+            self._default(kind, names)
+        serving: dict[str, list[str]] = {}   # a kind's routes → models of other families that answer them
+        for kind, names in by_kind.items():
+            for served in families.get(kind).serves if kind in families.kinds() else ():
+                serving.setdefault(served, []).extend(names)
+        for kind, names in serving.items():
+            if kind not in by_kind:         # a model of the kind itself is always its routes' default
+                self._default(kind, names)
+
+    def _default(self, kind: str, names: list[str]) -> None:
+        """The default of `kind`'s routes: the model flagged `default: true`, else the only one."""
+        flagged = [n for n in names if self.entries[n][0].config.default]
+        if len(flagged) > 1:
+            log.warning("several %s models have default: true (%s); using '%s'", kind, ", ".join(flagged),
+                        flagged[0])
+        if flagged or len(names) == 1:
+            self.defaults[kind] = (flagged or names)[0]
 
     @classmethod
     def load(cls, config: Config, cache_dir: Path | None = None, max_workers: int = 4,
@@ -110,14 +122,14 @@ class Registry:
         if name is None or name == "":
             default = self.defaults.get(kind)
             if default is None:
-                have = [n for n, v in self.entries.items() if v[0].kind == kind]
+                have = [n for n, v in self.entries.items() if families.answers(v[0].kind, kind)]
                 why = f"several are configured ({', '.join(have)})" if have else "none is configured"
                 raise InputError(f"no default {kind} model configured ({why}); specify `model`", param="model")
             name = default
         versions = self.entries.get(name)
         if versions is None:
             raise ModelNotFound(f"model '{name}' not found", param="model", model=name)
-        if versions[0].kind != kind:
+        if not families.answers(versions[0].kind, kind):
             raise KindMismatch(f"model '{name}' is {_a(versions[0].kind)} model but was used for {_a(kind)} request",
                                param="model", model=name)
         return self.version_of(name, version)

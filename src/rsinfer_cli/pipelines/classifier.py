@@ -19,6 +19,7 @@ import numpy as np
 from ..config import opt
 from ..engine.model import LoadedModel
 from ..errors import InferenceError, InputError, ModelLoadError
+from ..families import Folder
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, sigmoid, softmax, stack
 from .text import TextPipeline
 
@@ -32,11 +33,11 @@ class ClassifierOptions:
     function_to_apply: str = opt("auto", choices=("auto", *FUNCTIONS))   # auto: the transformers pipeline's rule
 
 
-def recognise(hf_config: Mapping[str, Any], has_tokenizer: bool) -> str | None:
+def recognise(folder: Folder) -> str | None:
     """A sequence classifier whose labels are named (a cross-encoder's are LABEL_0.. or one score; NLI models have
     entailment and are the zeroshot family's, recognised before this)."""
-    arch = " ".join(str(a) for a in (hf_config.get("architectures") or []))
-    labels = hf_config.get("id2label") or {}
+    arch = folder.architectures
+    labels = folder.config.get("id2label") or {}
     if "ForSequenceClassification" not in arch or not isinstance(labels, dict) or not labels:
         return None
     named = [str(v) for v in labels.values() if not str(v).upper().startswith("LABEL_")]

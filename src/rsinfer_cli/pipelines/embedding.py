@@ -16,9 +16,9 @@ from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
 from .base import Array, Timed, Timing, Work, stack
 from .stmodules import (
-    IMPLICIT_PROMPTS,
     POOLING_MODES,
     Pooling,
+    Prompts,
     Step,
     StFolder,
     l2_normalize,
@@ -112,10 +112,11 @@ class EmbeddingPipeline(TextPipeline):
         if too_wide:
             raise ModelLoadError(f"model '{model.name}': matryoshka_dimensions {too_wide[0]} is wider than the "
                                  f"model's {self.dim}-dimensional output", model=model.name)
-        self.prompts, self.default_prompt_name = self._prompts(opts)
+        self.prompting = Prompts(model, opts.prompts, opts.default_prompt_name)
+        self.prompts, self.default_prompt_name = self.prompting.prompts, self.prompting.default
         self.input_type_prompts = dict(opts.input_type_prompts or {})
         for input_type, name in self.input_type_prompts.items():
-            self._known_prompt(name, f"input_type_prompts.{input_type}")
+            self.prompting.check(name, f"input_type_prompts.{input_type}")
         self._prompt_lengths: dict[str, int] = {}
         self.vocab_size: int = self.encoder.tokenizer.get_vocab_size(with_added_tokens=True)
 
@@ -253,26 +254,10 @@ class EmbeddingPipeline(TextPipeline):
             width = s.width or width
         return width
 
-    def _prompts(self, opts: EmbeddingOptions) -> tuple[dict[str, str], str | None]:
-        prompts = {**(self.st.prompts if self.st is not None else {}), **(opts.prompts or {})}
-        default = opts.default_prompt_name
-        where = "default_prompt_name"
-        if default is None and self.st is not None:
-            default, where = self.st.default_prompt_name, "config_sentence_transformers.json default_prompt_name"
-        self.prompts = prompts
-        if default:
-            self._known_prompt(default, where)
-        return prompts, default or None
-
-    def _known_prompt(self, name: str, where: str) -> None:
-        if name not in self.prompts and name not in IMPLICIT_PROMPTS:
-            raise ModelLoadError(f"model '{self.model.name}': {where} '{name}' is not one of its prompts "
-                                 f"({', '.join(self.prompt_names)})", model=self.model.name)
-
     @property
     def prompt_names(self) -> list[str]:
         """Every name a request may give: the model's prompts and sentence-transformers' query and document."""
-        return sorted({*self.prompts, *IMPLICIT_PROMPTS})
+        return self.prompting.names
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "embedding", "output": self.output,
@@ -289,17 +274,7 @@ class EmbeddingPipeline(TextPipeline):
     def prompt_text(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
         """The text put before each input: `prompt` as given, the prompt `prompt_name` names, else the default
         prompt (sentence-transformers' rules; query and document exist for every model, empty unless defined)."""
-        if prompt is not None and prompt_name is not None:
-            raise InputError("give `prompt` or `prompt_name`, not both", param="prompt_name")
-        if prompt is not None:
-            return prompt
-        name = prompt_name if prompt_name is not None else self.default_prompt_name
-        if name is None:
-            return ""
-        if name not in self.prompts and name not in IMPLICIT_PROMPTS:
-            raise InputError(f"unknown prompt_name '{name}' for model '{self.model.name}'; its prompts: "
-                             f"{', '.join(self.prompt_names)}", param="prompt_name")
-        return self.prompts.get(name, "")
+        return self.prompting.text(prompt_name, prompt)
 
     def prompt_for_input_type(self, input_type: str | None) -> str | None:
         """The prompt name a Cohere `input_type` picks (None: the model's default prompt)."""

@@ -17,7 +17,18 @@ import numpy as np
 from ..config import opt
 from ..engine.model import LoadedModel
 from ..errors import InferenceError, ModelLoadError, TokenizeError
-from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, last_token_index, pick_output, sigmoid, stack
+from .base import (
+    LOGIT_OUTPUTS,
+    Array,
+    RowPipeline,
+    Timed,
+    Timing,
+    Work,
+    last_token_index,
+    pick_output,
+    sigmoid,
+    stack,
+)
 from .text import Encoded, TextPipeline
 
 ALLOWED = {
@@ -44,7 +55,26 @@ class RerankOptions:
     max_rerank_documents: int = opt(1000, gt=0)
 
 
-class RerankPipeline(TextPipeline):
+class Reranker(RowPipeline):
+    """What the rerank routes (Cohere v1/v2, Jina, TEI, vLLM score, the Hugging Face sentence-similarity task) call:
+    the rerank family's cross-encoders implement it, and so does every family that declares `serves=("rerank",)`
+    (late_interaction scores by MaxSim). Scores are in the documents' order."""
+
+    max_documents: int           # documents per request (max_rerank_documents), on every route
+
+    def plan_rerank(self, query: str, docs: Sequence[str], *, raw: bool = False, truncate: bool | None = None,
+                    direction: str = "right", max_tokens_per_doc: int | None = None) -> Work[ScoreResult]:
+        """One query against each document; `raw`: the model's score before any activation."""
+        raise NotImplementedError
+
+    def plan_pairs(self, queries: Sequence[str], docs: Sequence[str], *, raw: bool = False,
+                   truncate: bool | None = None, direction: str = "right",
+                   param: str = "documents") -> Work[ScoreResult]:
+        """queries[i] against docs[i]."""
+        raise NotImplementedError
+
+
+class RerankPipeline(TextPipeline, Reranker):
     kind = "rerank"
 
     def __init__(self, model: LoadedModel) -> None:
@@ -127,14 +157,6 @@ class RerankPipeline(TextPipeline):
             return enc.encode(queries, docs, strategy="longest_first", direction=direction, truncate=truncate,
                               param=param)
 
-    def cut_documents(self, docs: Sequence[str], max_tokens: int) -> list[str]:
-        """Each document held to `max_tokens` tokens (Cohere's max_tokens_per_doc), cut at a token boundary."""
-        tok = self.encoder.tokenizer
-        out = []
-        for doc, e in zip(docs, tok.encode_batch(list(docs), add_special_tokens=False), strict=True):
-            out.append(doc[: e.offsets[max_tokens - 1][1]] if len(e.ids) > max_tokens else doc)
-        return out
-
     def plan_pairs(self, queries: Sequence[str], docs: Sequence[str], *, raw: bool = False,
                    truncate: bool | None = None, direction: str = "right",
                    param: str = "documents") -> Work[ScoreResult]:
@@ -154,7 +176,7 @@ class RerankPipeline(TextPipeline):
     def plan_rerank(self, query: str, docs: Sequence[str], *, raw: bool = False, truncate: bool | None = None,
                     direction: str = "right", max_tokens_per_doc: int | None = None) -> Work[ScoreResult]:
         if max_tokens_per_doc is not None:
-            docs = self.cut_documents(docs, max_tokens_per_doc)
+            docs = self.encoder.cut(docs, max_tokens_per_doc)
         return self.plan_pairs([query] * len(docs), docs, raw=raw, truncate=truncate, direction=direction)
 
     def rerank(self, query: str, docs: Sequence[str], **kw: Any) -> ScoreResult:

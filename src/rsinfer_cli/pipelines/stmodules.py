@@ -262,8 +262,6 @@ class StFolder:
     pooling: Pooling | None                 # None: modules.json has no Pooling (rsinfer's default applies)
     steps: tuple[Step, ...] = ()            # after pooling, in order (Normalize included)
     modules: tuple[str, ...] = ()           # every module, for `inspect`
-    prompts: dict[str, str] = field(default_factory=dict)
-    default_prompt_name: str | None = None
     truncate_dim: int | None = None
     do_lower_case: bool = False
 
@@ -282,7 +280,7 @@ def _json(path: Path | None, where: str) -> Any:
 
 
 def read_folder(model: LoadedModel) -> StFolder | None:
-    """The folder's module pipeline and prompts; None when it has no modules.json and no
+    """The folder's module pipeline; None when it has no modules.json and no
     config_sentence_transformers.json (not a sentence-transformers folder). ModelLoadError naming the module for
     anything that cannot be computed exactly."""
     files = model.resolved.aux
@@ -305,14 +303,8 @@ def _read(model: LoadedModel, files: Mapping[str, Path]) -> StFolder | None:
         for i, m in enumerate(raw_modules):
             chain.add(i, m, files)
     st = st_config if isinstance(st_config, dict) else {}
-    raw_prompts = st.get("prompts") or {}
-    if not isinstance(raw_prompts, dict) or not all(isinstance(k, str) for k in raw_prompts):
-        raise ValueError("config_sentence_transformers.json: prompts must map names to texts")
-    default = st.get("default_prompt_name")
     truncate_dim = st.get("truncate_dim")
     return StFolder(pooling=chain.pooling, steps=tuple(chain.steps), modules=tuple(chain.labels),
-                    prompts={k: "" if v is None else str(v) for k, v in raw_prompts.items()},
-                    default_prompt_name=default if isinstance(default, str) and default else None,
                     truncate_dim=truncate_dim if isinstance(truncate_dim, int) and truncate_dim > 0 else None,
                     do_lower_case=model.aux.get("sentence_bert_config.json", {}).get("do_lower_case") is True)
 
@@ -361,6 +353,58 @@ def _step(kind: str, cfg: Mapping[str, Any], files: Mapping[str, Path], folder: 
     if kind == "Dropout":              # the identity at inference
         return Step("Dropout", folder, f"Dropout (identity at inference, {folder})", None, lambda x: x)
     return Step("Normalize", folder, "Normalize", None, l2_normalize)
+
+
+class Prompts:
+    """A model's prompts as sentence-transformers applies them: the folder's (config_sentence_transformers.json)
+    under the model entry's `prompts`, a default one (`default_prompt_name`, else the folder's; "" for none), and
+    the `query` and `document` names every model answers (empty unless defined). Checked at load."""
+
+    def __init__(self, model: LoadedModel, own: Mapping[str, str] | None = None, default: str | None = None) -> None:
+        st = model.aux.get("config_sentence_transformers.json", {})
+        folder = st.get("prompts") if isinstance(st, dict) else None
+        if folder is not None and (not isinstance(folder, dict) or not all(isinstance(k, str) for k in folder)):
+            raise ModelLoadError(f"model '{model.name}': config_sentence_transformers.json: prompts must map names "
+                                 "to texts", model=model.name)
+        self.model = model.name
+        self.prompts: dict[str, str] = {**{k: "" if v is None else str(v) for k, v in (folder or {}).items()},
+                                        **(own or {})}
+        where = "default_prompt_name"
+        if default is None:
+            found = st.get("default_prompt_name") if isinstance(st, dict) else None
+            default = found if isinstance(found, str) else None
+            where = "config_sentence_transformers.json default_prompt_name"
+        if default:
+            self.check(default, where)
+        self.default: str | None = default or None
+
+    @property
+    def names(self) -> list[str]:
+        """Every name a request may give: the model's prompts and sentence-transformers' query and document."""
+        return sorted({*self.prompts, *IMPLICIT_PROMPTS})
+
+    def check(self, name: str, where: str) -> None:
+        """A prompt name the configuration gives must be one of the model's (else the model does not load)."""
+        if name not in self.prompts and name not in IMPLICIT_PROMPTS:
+            raise ModelLoadError(f"model '{self.model}': {where} '{name}' is not one of its prompts "
+                                 f"({', '.join(self.names)})", model=self.model)
+
+    def text(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+        """The text put before each input: `prompt` as given, the prompt `prompt_name` names, else the default
+        prompt."""
+        from ..errors import InputError
+
+        if prompt is not None and prompt_name is not None:
+            raise InputError("give `prompt` or `prompt_name`, not both", param="prompt_name")
+        if prompt is not None:
+            return prompt
+        name = prompt_name if prompt_name is not None else self.default
+        if name is None:
+            return ""
+        if name not in self.prompts and name not in IMPLICIT_PROMPTS:
+            raise InputError(f"unknown prompt_name '{name}' for model '{self.model}'; its prompts: "
+                             f"{', '.join(self.names)}", param="prompt_name")
+        return self.prompts.get(name, "")
 
 
 def prompt_length(tokenizer: Any, prompt: str) -> int:

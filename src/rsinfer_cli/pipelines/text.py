@@ -118,6 +118,13 @@ class TextEncoder:
         return Encoded(ids=[e.ids for e in encs], type_ids=[e.type_ids for e in encs], truncated=len(cut),
                        offsets=[e.offsets for e in encs] if offsets else None)
 
+    def cut(self, texts: Sequence[str], max_tokens: int) -> list[str]:
+        """Each text held to `max_tokens` tokens (without special tokens; Cohere's max_tokens_per_doc), cut at a
+        token boundary."""
+        out = []
+        for text, e in zip(texts, self._base.encode_batch(list(texts), add_special_tokens=False), strict=True):
+            out.append(text[: e.offsets[max_tokens - 1][1]] if len(e.ids) > max_tokens else text)
+        return out
 
     def _encode_keeping(self, texts: Sequence[str], keep: int, truncate: bool | None, add_special_tokens: bool,
                         param: str) -> Encoded:

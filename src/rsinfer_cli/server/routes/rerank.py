@@ -11,7 +11,7 @@ from aiohttp import web
 from msgspec import Meta
 
 from ...errors import InputError, PayloadTooLarge
-from ...pipelines.rerank import RerankPipeline, ScoreResult, ranked
+from ...pipelines.rerank import Reranker, ScoreResult, ranked
 from ..errors import RequestValidationError
 from ..schemas import ApiVersion, Direction, Model, NonNegativeInt, Op, PositiveInt, Request, Response, Usage
 from .common import Call, begin, check_chars, json_response, truncation_direction, truncation_headers, usage
@@ -188,7 +188,7 @@ async def _score(call: Call[Any], query: str, texts: list[str], *, raw: bool = F
                  truncate: bool | None = None) -> ScoreResult:
     check_chars(call, "query", query)
     check_chars(call, "documents", texts)
-    return await call.infer(call.pipeline(RerankPipeline).plan_rerank, query, texts, raw=raw, truncate=truncate,
+    return await call.infer(call.pipeline(Reranker).plan_rerank, query, texts, raw=raw, truncate=truncate,
                             direction=direction, max_tokens_per_doc=max_tokens_per_doc)
 
 
@@ -197,7 +197,7 @@ async def _score(call: Call[Any], query: str, texts: list[str], *, raw: bool = F
 async def rerank(request: web.Request) -> web.Response:
     call = await begin(request, "rerank", RerankRequest)
     req, model = call.req, call.model
-    max_docs = call.pipeline(RerankPipeline).max_documents
+    max_docs = call.pipeline(Reranker).max_documents
     if req.texts is not None and req.documents is None:
         return await _tei_rerank(call, max_docs)
     texts, docs = _documents(req.documents, req.rank_fields, "documents", max_docs)
@@ -232,7 +232,7 @@ async def cohere_v2_rerank(request: web.Request) -> web.Response:
     call = await begin(request, "rerank", CohereV2RerankRequest)
     req = call.req
     texts, docs = _documents(req.documents, req.rank_fields, "documents",
-                             call.pipeline(RerankPipeline).max_documents)
+                             call.pipeline(Reranker).max_documents)
     top_n = _top_n(req.top_n, len(texts))
     result = await _score(call, req.query, texts, max_tokens_per_doc=req.max_tokens_per_doc)
     results = [RerankResult(index=i, relevance_score=float(result.scores[i]),    # documents: earlier v2 clients
@@ -251,7 +251,7 @@ SCORE_KEYS = (("text_1", "text_2"), ("queries", "documents"), ("queries", "items
 @routes.post("/score")
 async def vllm_score(request: web.Request) -> web.Response:
     call = await begin(request, "rerank", ScoreRequest)
-    req, model, limit = call.req, call.model, call.pipeline(RerankPipeline).max_documents
+    req, model, limit = call.req, call.model, call.pipeline(Reranker).max_documents
     left_key, right_key = next((k for k in SCORE_KEYS if getattr(req, k[0]) is not None and
                                 getattr(req, k[1]) is not None), SCORE_KEYS[0])
     left, right = getattr(req, left_key), getattr(req, right_key)
@@ -271,7 +271,7 @@ async def vllm_score(request: web.Request) -> web.Response:
         raise PayloadTooLarge(f"`{right_key}` has {len(rights)} texts; at most {limit} per request", param=right_key)
     check_chars(call, left_key, lefts)
     check_chars(call, right_key, rights)
-    result = await call.infer(call.pipeline(RerankPipeline).plan_pairs, lefts, rights, truncate=req.truncate,
+    result = await call.infer(call.pipeline(Reranker).plan_pairs, lefts, rights, truncate=req.truncate,
                               param=right_key)
     data = [ScoreItem(index=i, object="score", score=float(s)) for i, s in enumerate(result.scores)]
     return json_response(ScoreResponse(id=f"score-{uuid.uuid4().hex}", object="list", created=int(time.time()),
@@ -288,7 +288,7 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
         raise RequestValidationError("a rerank model answers sentence-similarity: `inputs` must be "
                                      "{\"source_sentence\", \"sentences\"}", param="inputs")
     source, sentences = inputs.source_sentence, inputs.sentences
-    check_documents(len(sentences), "inputs.sentences", call.pipeline(RerankPipeline).max_documents)
+    check_documents(len(sentences), "inputs.sentences", call.pipeline(Reranker).max_documents)
     check_chars(call, "inputs", [source, *sentences])
-    scores = await call.infer(call.pipeline(RerankPipeline).plan_rerank, source, sentences)
+    scores = await call.infer(call.pipeline(Reranker).plan_rerank, source, sentences)
     return json_response([float(s) for s in scores.scores], truncation_headers(scores.truncated))
