@@ -279,6 +279,37 @@ def _json(path: Path | None, where: str) -> Any:
         raise ValueError(f"{where}: cannot read {path.name}: {exc}") from exc
 
 
+@dataclass(frozen=True)
+class Module:
+    """One entry of modules.json: its class name (the type's last part), the full type, its folder, its config."""
+
+    name: str
+    type: str
+    path: str
+    config: dict[str, Any]
+
+
+def module_list(model: LoadedModel) -> list[Module]:
+    """modules.json in order (empty without one), each module with its folder's config.json; ModelLoadError for a
+    file that is not a list of modules. For the families that read other module classes than the embedding
+    pipeline's (SparseEncoder's SpladePooling, PyLate's Dense)."""
+    try:
+        raw = _json(model.resolved.aux.get("modules.json"), "modules.json")
+    except ValueError as exc:
+        raise ModelLoadError(f"model '{model.name}': {exc}", model=model.name) from exc
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(m, dict) for m in raw):
+        raise ModelLoadError(f"model '{model.name}': modules.json must be a list of modules ({{idx, name, path, "
+                             "type}})", model=model.name)
+    out = []
+    for m in raw:
+        type_name, path = str(m.get("type", "")), str(m.get("path") or "").strip("/")
+        cfg = model.aux.get(f"{path}/config.json", {}) if path else {}
+        out.append(Module(type_name.rpartition(".")[2], type_name, path, cfg if isinstance(cfg, dict) else {}))
+    return out
+
+
 def read_folder(model: LoadedModel) -> StFolder | None:
     """The folder's module pipeline; None when it has no modules.json and no
     config_sentence_transformers.json (not a sentence-transformers folder). ModelLoadError naming the module for
