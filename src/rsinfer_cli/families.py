@@ -281,6 +281,8 @@ register(_builtin("classifier", "text classification: sentiment, intent, toxicit
                   "rsinfer_cli.pipelines.classifier:recognise", 25, "classifier"))
 register(_builtin("pii", "PII detection and redaction", "PiiPipeline", ["redact", "detect"],
                   "PiiOptions", _is_pii, 10, "classifier"))
+register(_builtin("sparse", "learned sparse vectors, SPLADE (TEI /embed_sparse)", "SparsePipeline", ["sparse"],
+                  "SparseOptions", "rsinfer_cli.pipelines.sparse:recognise", 15, "embedding"))
 register(Family(kind="tensor", summary="any ONNX graph as named tensors (KServe v2 REST and gRPC, /infer, /batch)",
                 pipeline="rsinfer_cli.pipelines.tensor:TensorPipeline",
                 routes="rsinfer_cli.server.routes.tensor:routes", bench="rsinfer_cli.server.routes.tensor:BENCH",
