@@ -165,13 +165,19 @@ def load_pipeline(pipeline: type[P], *, name: str | None, config: Path | None, p
     `overrides`: model keys from command-line flags (`flags`: key → the flag that set it, for error messages)."""
     import dataclasses
 
+    from .. import families
     from ..config import hub_cache_dir
     from ..engine.model import load_model
     from ..runtime import Runtime
 
     cfg, server = model_from_options(name=name, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
                                      kind=pipeline.kind, replicas=1)
-    if cfg.kind != pipeline.kind:
+    if (path is not None or hf is not None) and any(pipeline.kind in f.serves for f in families.all_families()):
+        # a folder of a family that serves this command's kind (a ColBERT model for `rerank`) is loaded as its own
+        guessed, _ = guess_source_kind(cfg, hub_cache_dir(server.hf_cache_dir))
+        if guessed != cfg.kind and families.answers(guessed, pipeline.kind):
+            cfg = dataclasses.replace(cfg, kind=guessed)
+    if not families.answers(cfg.kind, pipeline.kind):
         raise ConfigError(f"model '{cfg.name}' is a {cfg.kind} model; this command needs a {pipeline.kind} model")
     if max_rows is not None:
         if max_rows < 1:

@@ -1,4 +1,5 @@
-"""Score documents against a query with a cross-encoder; JSONL sorted by score, or a table."""
+"""Score documents against a query with a cross-encoder, or by MaxSim with a ColBERT model (any model whose family
+serves rerank); JSONL sorted by score, or a table."""
 
 from __future__ import annotations
 
@@ -33,14 +34,14 @@ def rerank_cmd(
                                   help="Cut pairs over max_len (default: the model's `truncate`)."),
 ) -> None:
     from ..errors import ConfigError
-    from ..pipelines.rerank import RerankPipeline, ranked
+    from ..pipelines.rerank import Reranker, ranked
     from .common import load_pipeline
     from .io import read_records, write_jsonl
 
     if top_n is not None and top_n < 0:
         raise ConfigError(f"--top-n must be >= 0, got {top_n}")
     records = list(read_records(documents, input_, fmt, field))  # ranking needs every document
-    shot = load_pipeline(RerankPipeline, **source.options())
+    shot = load_pipeline(Reranker, **source.options())
     pipe = shot.pipe
     result = shot.run(pipe.plan_rerank, query, [r.text for r in records], raw=raw, truncate=truncate)
     order = ranked(result.scores, top_n)

@@ -60,7 +60,12 @@ class Reranker(RowPipeline):
     the rerank family's cross-encoders implement it, and so does every family that declares `serves=("rerank",)`
     (late_interaction scores by MaxSim). Scores are in the documents' order."""
 
+    kind = "rerank"              # the kind whose routes and commands call it
     max_documents: int           # documents per request (max_rerank_documents), on every route
+
+    def rule(self, raw: bool = False) -> str:
+        """How a score is computed, for people."""
+        raise NotImplementedError
 
     def plan_rerank(self, query: str, docs: Sequence[str], *, raw: bool = False, truncate: bool | None = None,
                     direction: str = "right", max_tokens_per_doc: int | None = None) -> Work[ScoreResult]:

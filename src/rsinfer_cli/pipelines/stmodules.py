@@ -190,9 +190,11 @@ def _tensor(weights: Mapping[str, Array], key: str, shape: tuple[int, ...], wher
     return value
 
 
-def dense(cfg: Mapping[str, Any], files: Mapping[str, Path], folder: str, where: str) -> Step:
+def dense(cfg: Mapping[str, Any], files: Mapping[str, Path], folder: str, where: str, *,
+          on: str = "sentence_embedding") -> Step:
     """sentence-transformers' Dense: activation(x Wᵀ + b), plus `use_residual`. No `activation_function` in its
-    config means Tanh, as in sentence-transformers."""
+    config means Tanh, as in sentence-transformers. `on`: the vectors it is applied to (PyLate's Dense projects
+    token_embeddings)."""
     n_in, n_out = cfg.get("in_features"), cfg.get("out_features")
     if not (isinstance(n_in, int) and isinstance(n_out, int) and n_in > 0 and n_out > 0):
         raise ValueError(f"{where}: config.json needs in_features and out_features (integers), got "
@@ -203,9 +205,8 @@ def dense(cfg: Mapping[str, Any], files: Mapping[str, Path], folder: str, where:
         raise ValueError(f"{where}: activation_function {fn!r} is not one rsinfer computes "
                          f"(torch.nn {', '.join(ACTIVATIONS)})")
     for key in ("module_input_name", "module_output_name"):
-        if cfg.get(key, "sentence_embedding") != "sentence_embedding":
-            raise ValueError(f"{where}: {key} {cfg[key]!r}: a Dense over token vectors is not an embedding "
-                             "model's (rsinfer serves Dense on the sentence embedding)")
+        if cfg.get(key, on) != on:
+            raise ValueError(f"{where}: {key} {cfg[key]!r}: rsinfer applies this model's Dense to {on}")
     w = _weights(files, folder, where)
     weight = _tensor(w, "linear.weight", (n_out, n_in), where).T.copy()
     bias = _tensor(w, "linear.bias", (n_out,), where) if cfg.get("bias", True) else None
