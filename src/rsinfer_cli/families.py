@@ -258,14 +258,14 @@ def _is_embedding(folder: Folder) -> str:
 
 
 def _builtin(kind: str, summary: str, pipeline: str, commands: Sequence[str], options: str,
-             recognise: Recognise | str, priority: int, info_type: str) -> Family:
+             recognise: Recognise | str, priority: int, info_type: str, serves: tuple[str, ...] = ()) -> Family:
     return Family(
         kind=kind, summary=summary, hf_task=f"rsinfer_cli.server.routes.{kind}:hf_task", info_type=info_type,
         pipeline=f"rsinfer_cli.pipelines.{kind}:{pipeline}",
         routes=f"rsinfer_cli.server.routes.{kind}:routes",
         commands=tuple((name, f"rsinfer_cli.cli.{kind}:{name}_cmd") for name in commands),
         bench=f"rsinfer_cli.server.routes.{kind}:BENCH", ops=f"rsinfer_cli.server.routes.{kind}:OPS",
-        options=f"rsinfer_cli.pipelines.{kind}:{options}", recognise=recognise, priority=priority)
+        options=f"rsinfer_cli.pipelines.{kind}:{options}", recognise=recognise, priority=priority, serves=serves)
 
 
 register(_builtin("embedding", "text embeddings (OpenAI, TEI)", "EmbeddingPipeline", ["embed"],
@@ -283,6 +283,9 @@ register(_builtin("pii", "PII detection and redaction", "PiiPipeline", ["redact"
                   "PiiOptions", _is_pii, 10, "classifier"))
 register(_builtin("sparse", "learned sparse vectors, SPLADE (TEI /embed_sparse)", "SparsePipeline", ["sparse"],
                   "SparseOptions", "rsinfer_cli.pipelines.sparse:recognise", 15, "embedding"))
+register(_builtin("late_interaction", "multi-vector late interaction, ColBERT: token vectors, MaxSim reranking",
+                  "LateInteractionPipeline", ["colbert"], "LateInteractionOptions",
+                  "rsinfer_cli.pipelines.late_interaction:recognise", 15, "embedding", serves=("rerank",)))
 register(Family(kind="tensor", summary="any ONNX graph as named tensors (KServe v2 REST and gRPC, /infer, /batch)",
                 pipeline="rsinfer_cli.pipelines.tensor:TensorPipeline",
                 routes="rsinfer_cli.server.routes.tensor:routes", bench="rsinfer_cli.server.routes.tensor:BENCH",
