@@ -6,7 +6,7 @@ _rsinfer() {
     done
     case "$cmd" in
         "")
-            COMPREPLY=($(compgen -W "bench classify detect download embed inspect openapi predict redact rerank serve --version --help" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "bench classify colbert detect download embed inspect openapi predict redact rerank serve sparse --version --help" -- "$cur")); return ;;
         bench)
             case "$prev" in
                 --url) return ;;
@@ -28,7 +28,7 @@ _rsinfer() {
                 --hf) return ;;
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
-                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii tensor" -- "$cur")); return ;;
+                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction tensor" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--url --route --concurrency --requests --duration --texts-per-request --corpus --eps --batch-sizes --seq-lens --shape --warmup --repeats --model -m --config -c --path --hf --revision --dtype --kind --json --help -h" -- "$cur")) ;;
         classify)
@@ -50,6 +50,21 @@ _rsinfer() {
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--labels -l --multi-label --template --question --assertion --threshold --input -i --format --field --table --batch-size --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+        colbert)
+            case "$prev" in
+                --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --format) return ;;
+                --field) return ;;
+                --model|-m) return ;;
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --hf) return ;;
+                --revision) return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --batch-size) return ;;
+                --prompt-name) return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--query --input -i --format --field --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --batch-size --prompt-name --help -h" -- "$cur")) ;;
         detect)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -105,7 +120,7 @@ _rsinfer() {
                 --subfolder) return ;;
                 --tokenizer-hf) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
-                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii tensor" -- "$cur")); return ;;
+                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction tensor" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --path --hf --revision --file --subfolder --tokenizer-hf --dtype --kind --json --help -h" -- "$cur")) ;;
         openapi)
@@ -176,6 +191,22 @@ _rsinfer() {
                 --workers) return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --host --port --log-level --log-format --workers --help -h" -- "$cur")) ;;
+        sparse)
+            case "$prev" in
+                --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --format) return ;;
+                --field) return ;;
+                --top-k) return ;;
+                --model|-m) return ;;
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --hf) return ;;
+                --revision) return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --batch-size) return ;;
+                --prompt-name) return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --top-k --tokens --table --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --batch-size --prompt-name --help -h" -- "$cur")) ;;
     esac
 }
 complete -o default -o bashdefault -F _rsinfer rsinfer

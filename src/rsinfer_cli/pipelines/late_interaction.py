@@ -63,7 +63,9 @@ class LateInteractionOptions:
     maxsim: str = opt("sum", choices=("sum", "mean"))
     # documents per request on the rerank routes; more → 413
     max_rerank_documents: int = opt(1000, gt=0)
-    prompts: dict[str, str] | None = field(default=None, hash=False)   # over config_sentence_transformers.json's
+    # prompts by name, over those of config_sentence_transformers.json (a request names one: `prompt_name`)
+    prompts: dict[str, str] | None = field(default=None, hash=False)
+    # the prompt applied when a request names none (over the folder's default_prompt_name; "" for none)
     default_prompt_name: str | None = None
 
 
