@@ -262,7 +262,9 @@ def test_every_route_answers_as_one_process_does(shared_models, tmp_path):
               f"  - {{name: nli, kind: zeroshot, path: '{shared_models / 'tiny-nli'}', replicas: 1}}\n"
               f"  - {{name: pii, kind: pii, path: '{shared_models / 'rampart-pii'}', replicas: 1}}\n"
               f"  - {{name: cls, kind: classifier, path: '{shared_models / 'tiny-textcls'}', replicas: 1}}\n"
-              f"  - {{name: add, kind: tensor, path: '{shared_models / 'tensor-models' / 'add_one'}', replicas: 1}}\n")
+              f"  - {{name: add, kind: tensor, path: '{shared_models / 'tensor-models' / 'add_one'}', replicas: 1}}\n"
+              f"  - {{name: splade, kind: sparse, path: '{shared_models / 'tiny-splade'}', replicas: 1}}\n"
+              f"  - {{name: colbert, kind: late_interaction, path: '{shared_models / 'tiny-colbert'}', replicas: 1}}\n")
     cfg = write_config(tmp_path, shared_models, port, f"grpc_bind: '127.0.0.1:{grpc_port}'", models)
     texts = ["Call Jane Doe at jane@example.com about the refund.", "The weather in Paris is mild."]
     requests = [(route, make(texts)) for f in families.all_families() if f.bench is not None
