@@ -125,9 +125,12 @@ def test_max_active_dims_from_the_folders_config(folder, tmp_path):
 
 
 def test_forwards_hold_their_logits_to_max_logits_mb(folder, ref):
-    """No forward's [rows, tokens, vocab] float32 passes max_logits_mb, unless one text alone does."""
-    small = load(folder, max_logits_mb=2)           # 2 MiB / (4 B × 30522) = 17 tokens per forward
-    assert small.max_tokens == 2 * (1 << 20) // (4 * 30522) == 17
+    """No forward's [rows, tokens, vocab] float32 passes its share of max_logits_mb, unless one text alone does."""
+    small = load(folder, max_logits_mb=2)           # 2 MiB / (4 B × 30522) = 17 tokens per forward (one lane)
+    assert small.model.replicas == 1 and small.max_tokens == 2 * (1 << 20) // (4 * 30522) == 17
+    two = SparsePipeline(load_model(ModelConfig(name="s2", kind="sparse", path=str(folder), replicas=2,
+                                                options=SparseOptions(max_logits_mb=2))))
+    assert two.max_tokens == 8                      # two forwards at once share the budget
     shapes = []
     run = small.model.run
 

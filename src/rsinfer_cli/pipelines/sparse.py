@@ -12,8 +12,10 @@ max(log1p(relu(x))) = log1p(relu(max(x))) exactly, and the activation runs on on
 [S, V].
 
 Memory: one forward's logits are rows × padded length × V float32 (a 256-token text over BERT's 30522 ids: 31 MB).
-Forwards are planned so that no forward's logits pass `max_logits_mb` (a text longer than that runs alone), which
-caps the rows of one forward by the vocabulary size, and the pooled rows are kept sparse.
+Forwards are planned so that the logits of the model's concurrent forwards (one per lane) together stay within
+`max_logits_mb` (a text longer than its share runs alone), which caps the rows of one forward by the vocabulary
+size, and the pooled rows are kept sparse. While a forward runs, ONNX Runtime holds its own working copies of the
+logits beside the output (benchmarks/RESULTS.md measures the process's peak).
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ class SparseOptions:
     # keep the N largest weights of each vector (over config_sentence_transformers.json's max_active_dims); a
     # request's `top_k` keeps fewer
     max_active_dims: int | None = opt(None, gt=0)
-    # the masked-LM logits one forward may hold, in MiB (rows × padded tokens × vocabulary × 4 bytes): caps the
-    # tokens of a forward below batching.max_tokens when the vocabulary is large
+    # the masked-LM logits the model's concurrent forwards may hold together, in MiB (rows × padded tokens ×
+    # vocabulary × 4 bytes each): caps the tokens of a forward below batching.max_tokens when the vocabulary is large
     max_logits_mb: int = opt(256, gt=0)
     # prompts by name, over those of config_sentence_transformers.json (a request names one: `prompt_name`)
     prompts: dict[str, str] | None = field(default=None, hash=False)
@@ -117,7 +119,9 @@ class SparsePipeline(TextPipeline):
         self.max_active_dims: int | None = opts.max_active_dims or (
             folder_k if isinstance(folder_k, int) and folder_k > 0 else None)
         self.prompting = Prompts(model, opts.prompts, opts.default_prompt_name)
-        budget = opts.max_logits_mb * (1 << 20) // (4 * self.vocab_size)
+        # the model's forwards at once (its lanes) share the budget: together they never hold more logits
+        lanes = max(1, model.replicas)
+        budget = opts.max_logits_mb * (1 << 20) // (4 * self.vocab_size * lanes)
         self.logits_mb = opts.max_logits_mb
         if not self.pooled_in_graph:      # the scheduler plans every forward within it
             self.max_tokens = max(1, min(self.max_tokens, budget))
