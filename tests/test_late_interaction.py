@@ -228,6 +228,8 @@ def test_cache_and_openapi(client):
     assert doc["paths"]["/embed_all"]["post"]["tags"] == ["late_interaction"]
     models = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
     assert models["colbert"]["pipeline"]["query_length"] == 32
+    info = client.get("/info").json()          # TEI's: a token-vector model is an embedding model to TEI clients
+    assert info["kind"] == "late_interaction" and info["model_type"]["embedding"]["dimensions"] == 16
 
 
 @pytest.mark.shared
