@@ -110,6 +110,28 @@ def check_chars(call: Call[Any], key: str, texts: list[str] | str | None) -> Non
                                   "(max_text_chars)", param=where)
 
 
+def texts_of(call: Call[Any], value: str | list[str], key: str) -> list[str]:
+    """A request's `key` (a text or texts) as a list, held to the limits every route shares: not empty, at most
+    `server.max_texts` texts of at most `max_text_chars` characters."""
+    texts = [value] if isinstance(value, str) else value
+    if not texts:
+        raise InputError(f"`{key}` is empty", param=key)
+    check_count(call, key, len(texts))
+    check_chars(call, key, texts)
+    return texts
+
+
+def hf_parameters(call: Call[Any], params: dict[str, Any], schema: type[Q]) -> Q:
+    """A Hugging Face task's options, read as `schema` (a 422/400 naming a bad one): `parameters`, under the body's
+    top-level keys of the same names (huggingface_hub sends `truncate`, `truncation_direction`, `prompt_name`,
+    `normalize` there)."""
+    from ...jsonio import dumps
+
+    top = {k: v for k in ("truncate", "truncation_direction", "prompt_name", "normalize")
+           if (v := getattr(call.req, k, None)) is not None}
+    return decode(dumps({**params, **top}), schema)
+
+
 def usage(tokens: int) -> Usage:
     """OpenAI's `usage` object (prompt tokens only: nothing is generated)."""
     return Usage(prompt_tokens=tokens, total_tokens=tokens)

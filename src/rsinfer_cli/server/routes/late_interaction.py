@@ -11,8 +11,6 @@ from typing import Annotated, Any, Literal, cast
 from aiohttp import web
 from msgspec import Meta
 
-from ...errors import InputError
-from ...jsonio import dumps
 from ...pipelines.late_interaction import LateInteractionPipeline, TokenVectors
 from ..errors import RequestValidationError
 from ..schemas import Direction, Model, Op, Request, Response, SentencePair, Usage
@@ -20,9 +18,9 @@ from .common import (
     Call,
     begin,
     check_chars,
-    check_count,
-    decode,
+    hf_parameters,
     json_response,
+    texts_of,
     truncation_direction,
     truncation_headers,
     usage,
@@ -86,12 +84,8 @@ BENCH = {
 
 async def _plan(call: Call[Any], value: str | list[str], key: str, **kw: Any) -> TokenVectors:
     """The family's one way in: the limits every route shares, then the model."""
-    texts = [value] if isinstance(value, str) else value
-    if not texts:
-        raise InputError(f"`{key}` is empty", param=key)
-    check_count(call, key, len(texts))
-    check_chars(call, key, texts)
-    return await call.infer(call.pipeline(LateInteractionPipeline).plan_vectors, texts, param=key, **kw)
+    return await call.infer(call.pipeline(LateInteractionPipeline).plan_vectors, texts_of(call, value, key),
+                            param=key, **kw)
 
 
 @routes.post("/embed_all")
@@ -127,10 +121,7 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
     """The Hugging Face Inference API for a ColBERT model: feature-extraction (`inputs` a text or texts; `is_query`)
     → each text's token vectors; sentence-similarity ({source_sentence, sentences}) → the MaxSim of the source as a
     query with each sentence as a document, in the sentences' order (the rerank score)."""
-    req = call.req
-    top = {k: getattr(req, k) for k in ("truncate", "truncation_direction", "prompt_name")
-           if getattr(req, k) is not None}
-    opts = decode(dumps({**params, **top}), HfParameters)
+    opts = hf_parameters(call, params, HfParameters)
     direction = truncation_direction(opts.truncation_direction)
     pipe = call.pipeline(LateInteractionPipeline)
     if isinstance(inputs, SentencePair):

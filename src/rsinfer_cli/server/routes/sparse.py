@@ -11,17 +11,15 @@ from aiohttp import web
 from msgspec import UNSET, Meta, UnsetType
 
 from ...errors import InputError
-from ...jsonio import dumps
 from ...pipelines.sparse import SparsePipeline, SparseResult
 from ..errors import RequestValidationError
 from ..schemas import Direction, Model, Op, PositiveInt, Request, Response, SentencePair, Usage
 from .common import (
     Call,
     begin,
-    check_chars,
-    check_count,
-    decode,
+    hf_parameters,
     json_response,
+    texts_of,
     truncation_direction,
     truncation_headers,
     usage,
@@ -94,12 +92,7 @@ BENCH = {
 
 async def _plan(call: Call[Any], value: str | list[str], key: str, **kw: Any) -> tuple[SparseResult, bool]:
     """The family's one way in: the limits every route shares, then the model; (result, whether one text came)."""
-    texts = [value] if isinstance(value, str) else value
-    if not texts:
-        raise InputError(f"`{key}` is empty", param=key)
-    check_count(call, key, len(texts))
-    check_chars(call, key, texts)
-    res = await call.infer(call.pipeline(SparsePipeline).plan, texts, param=key, **kw)
+    res = await call.infer(call.pipeline(SparsePipeline).plan, texts_of(call, value, key), param=key, **kw)
     return res, isinstance(value, str)
 
 
@@ -143,10 +136,7 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
     convert_to_sparse_tensor=False); sentence-similarity ({source_sentence, sentences}) → the dot product of the
     source's vector with each sentence's (SparseEncoder's similarity). `truncate`, `truncation_direction`,
     `prompt_name` at the top level or in `parameters`."""
-    req = call.req
-    top = {k: getattr(req, k) for k in ("truncate", "truncation_direction", "prompt_name")
-           if getattr(req, k) is not None}
-    opts = decode(dumps({**params, **top}), HfSparseParameters)
+    opts = hf_parameters(call, params, HfSparseParameters)
     kw: dict[str, Any] = {"truncate": opts.truncate, "prompt_name": opts.prompt_name, "top_k": opts.top_k,
                           "direction": truncation_direction(opts.truncation_direction)}
     if isinstance(inputs, SentencePair):
