@@ -25,6 +25,11 @@ PositiveInt = Annotated[int, Meta(ge=1)]
 NonNegativeInt = Annotated[int, Meta(ge=0)]
 Probability = Annotated[float, Meta(ge=0, le=1)]
 Direction = Literal["right", "left", "Right", "Left"]
+Texts = Annotated[str | list[str], Meta(description="A text or texts")]
+PromptName = Annotated[str | None, Meta(description="A prompt of the model (sentence-transformers' `prompts`, e.g. "
+                                                    "query); default: the model's default prompt")]
+PromptText = Annotated[str | None, Meta(description="Text put before each input instead of a named prompt "
+                                                    "(sentence-transformers' `prompt`; \"\" for none)")]
 
 
 class Request(Struct, kw_only=True):

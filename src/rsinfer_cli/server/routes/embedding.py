@@ -14,7 +14,20 @@ from ...jsonio import dumps
 from ...pipelines.embedding import EmbeddingPipeline, embedding_types
 from ..errors import RequestValidationError
 from ..request import text_or_token_input
-from ..schemas import ApiVersion, Direction, Inputs, Model, Op, PositiveInt, Request, Response, SentencePair, Usage
+from ..schemas import (
+    ApiVersion,
+    Direction,
+    Inputs,
+    Model,
+    Op,
+    PositiveInt,
+    PromptName,
+    PromptText,
+    Request,
+    Response,
+    SentencePair,
+    Usage,
+)
 from .common import (
     Call,
     begin,
@@ -30,10 +43,6 @@ from .common import (
 
 # ---------------------------------------------------------------- request and response bodies
 
-PromptName = Annotated[str | None, Meta(description="A prompt of the model (sentence-transformers' `prompts`, e.g. "
-                                                    "query); default: the model's default prompt")]
-PromptText = Annotated[str | None, Meta(description="Text put before each input instead of a named prompt "
-                                                    "(sentence-transformers' `prompt`; \"\" for none)")]
 
 
 class EmbeddingsRequest(Request):

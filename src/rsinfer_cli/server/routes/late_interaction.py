@@ -13,7 +13,7 @@ from msgspec import Meta
 
 from ...pipelines.late_interaction import LateInteractionPipeline, TokenVectors
 from ..errors import RequestValidationError
-from ..schemas import Direction, Model, Op, Request, Response, SentencePair, Usage
+from ..schemas import Direction, Model, Op, PromptName, PromptText, Request, Response, SentencePair, Texts, Usage
 from .common import (
     Call,
     begin,
@@ -29,11 +29,9 @@ from .rerank import check_documents
 
 # ---------------------------------------------------------------- request and response bodies
 
-Texts = Annotated[str | list[str], Meta(description="A text or texts")]
 IsQuery = Annotated[bool | None, Meta(description="Encode as queries ([Q] prefix, [MASK] expansion to the query "
                                                   "length) instead of documents ([D] prefix, punctuation dropped); "
                                                   "default false")]
-PromptName = Annotated[str | None, Meta(description="A prompt of the model (sentence-transformers' `prompts`)")]
 
 
 class TeiEmbedAllRequest(Request):
@@ -52,7 +50,7 @@ class TokenEmbeddingsRequest(Request):
     is_query: IsQuery = None
     truncate: bool | None = None
     prompt_name: PromptName = None
-    prompt: Annotated[str | None, Meta(description="Text put before each input instead of a named prompt")] = None
+    prompt: PromptText = None
 
 
 class TokenEmbedding(Response):

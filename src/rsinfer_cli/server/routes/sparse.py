@@ -13,7 +13,19 @@ from msgspec import UNSET, Meta, UnsetType
 from ...errors import InputError
 from ...pipelines.sparse import SparsePipeline, SparseResult
 from ..errors import RequestValidationError
-from ..schemas import Direction, Model, Op, PositiveInt, Request, Response, SentencePair, Usage
+from ..schemas import (
+    Direction,
+    Model,
+    Op,
+    PositiveInt,
+    PromptName,
+    PromptText,
+    Request,
+    Response,
+    SentencePair,
+    Texts,
+    Usage,
+)
 from .common import (
     Call,
     begin,
@@ -27,9 +39,6 @@ from .common import (
 
 # ---------------------------------------------------------------- request and response bodies
 
-Texts = Annotated[str | list[str], Meta(description="A text or texts")]
-PromptName = Annotated[str | None, Meta(description="A prompt of the model (sentence-transformers' `prompts`); "
-                                                    "default: the model's default prompt")]
 TopK = Annotated[PositiveInt | None, Meta(description="Keep the K largest weights of each text (at most the model's "
                                                       "max_active_dims)")]
 
@@ -58,7 +67,7 @@ class SparseRequest(Request):
     truncate: bool | None = None
     truncation_direction: Direction | None = None
     prompt_name: PromptName = None
-    prompt: Annotated[str | None, Meta(description="Text put before each input instead of a named prompt")] = None
+    prompt: PromptText = None
 
 
 class SparseItem(Response, omit_defaults=True):
