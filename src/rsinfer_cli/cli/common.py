@@ -172,28 +172,46 @@ def load_pipeline(pipeline: type[P], *, name: str | None, config: Path | None, p
 
     cfg, server = model_from_options(name=name, config=config, path=path, hf=hf, revision=revision, dtype=dtype,
                                      kind=pipeline.kind, replicas=1)
-    if (path is not None or hf is not None) and any(pipeline.kind in f.serves for f in families.all_families()):
-        # a folder of a family that serves this command's kind (a ColBERT model for `rerank`) is loaded as its own
-        guessed, _ = guess_source_kind(cfg, hub_cache_dir(server.hf_cache_dir))
-        if guessed != cfg.kind and families.answers(guessed, pipeline.kind):
-            cfg = dataclasses.replace(cfg, kind=guessed)
+    if path is not None or hf is not None:
+        cfg = _own_kind(cfg, pipeline.kind, hub_cache_dir(server.hf_cache_dir))
     if not families.answers(cfg.kind, pipeline.kind):
         raise ConfigError(f"model '{cfg.name}' is a {cfg.kind} model; this command needs a {pipeline.kind} model")
     if max_rows is not None:
         if max_rows < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {max_rows}")
         cfg = dataclasses.replace(cfg, batching=dataclasses.replace(cfg.batching, max_rows=max_rows))
-    given = {k: v for k, v in overrides.items() if v is not None}
-    if given:  # the family's own keys go to its options, the rest to the model entry
-        own = {f.name for f in dataclasses.fields(cfg.options)} if cfg.options is not None else set()
-        options = dataclasses.replace(cfg.options, **{k: v for k, v in given.items() if k in own}) if own else None
-        check = getattr(options, "check", None)       # the family's own rules, as the config is held to them
-        for key, message in check() if check is not None else ():
-            base = key.split("[")[0]
-            raise ConfigError(f"{(flags or {}).get(base, base)}: {message}")
-        cfg = dataclasses.replace(cfg, options=options, **{k: v for k, v in given.items() if k not in own})
+    cfg = _with_overrides(cfg, {k: v for k, v in overrides.items() if v is not None}, flags or {})
     return OneShot(Runtime.one_shot(load_model(cfg, server, hub_cache_dir(server.hf_cache_dir)), server).start(),
                    pipeline)
+
+
+def _own_kind(cfg: Any, kind: str, cache_dir: Path) -> Any:
+    """A --path/--hf folder of a family that serves the command's kind (a ColBERT model for `rerank`) is loaded as
+    its own family; any other folder as the command's."""
+    import dataclasses
+
+    from .. import families
+
+    if not any(kind in f.serves for f in families.all_families()):
+        return cfg
+    guessed, _ = guess_source_kind(cfg, cache_dir)
+    return dataclasses.replace(cfg, kind=guessed) if guessed != kind and families.answers(guessed, kind) else cfg
+
+
+def _with_overrides(cfg: Any, given: dict[str, Any], flags: dict[str, str]) -> Any:
+    """Model keys from command-line flags: the family's own keys go to its options (held to its `check()`, as the
+    config is), the rest to the model entry."""
+    import dataclasses
+
+    if not given:
+        return cfg
+    own = {f.name for f in dataclasses.fields(cfg.options)} if cfg.options is not None else set()
+    options = dataclasses.replace(cfg.options, **{k: v for k, v in given.items() if k in own}) if own else None
+    check = getattr(options, "check", None)
+    for key, message in check() if check is not None else ():
+        base = key.split("[")[0]
+        raise ConfigError(f"{flags.get(base, base)}: {message}")
+    return dataclasses.replace(cfg, options=options, **{k: v for k, v in given.items() if k not in own})
 
 
 class OneShot(Generic[P]):
