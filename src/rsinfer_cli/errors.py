@@ -84,6 +84,13 @@ class PoolTimeout(RsinferError):
     type = "timeout_error"
 
 
+class QualityGateFailed(RsinferError):
+    """A graph (quantized, or on another execution provider) lost more against the original than a quality bar
+    allows (`rsinfer quantize`, `rsinfer bench --compare`)."""
+
+    type = "quality_gate"
+
+
 class InferenceError(RsinferError):
     type = "server_error"
 

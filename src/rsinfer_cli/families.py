@@ -74,6 +74,8 @@ Recognise = Callable[[Folder], "str | None"]
 PipelineFactory = Callable[["LoadedModel"], "RowPipeline"]
 # a Typer command function
 Command = Callable[..., None]
+# the quality gate: (pipeline over graph a, pipeline over graph b, corpus) → metrics (pipelines/quality.py)
+Quality = Callable[[Any, Any, Sequence[str]], Mapping[str, float]]
 # `rsinfer bench --url`: route → function(texts) → request body
 BenchBodies = Mapping[str, Callable[[list[str]], Mapping[str, object]]]
 # its Hugging Face task on POST /models/{name}: (call, inputs, parameters) → response
@@ -99,6 +101,8 @@ class Family:
     info_type: str | None = None      # TEI /info's model_type key (embedding, reranker, classifier)
     serves: tuple[str, ...] = ()      # other kinds whose routes its models answer too (their pipeline implements
                                       # that kind's protocol, e.g. late_interaction's MaxSim serves rerank)
+    quality: Part[Quality] | None = None   # the quality gate's measure of a second graph against a first
+                                           # (pipelines/quality.py); None: `quantize` and `bench --compare` refuse
 
     # ------------------------------------------------------------ the parts, imported now and typed
 
@@ -127,6 +131,9 @@ class Family:
 
     def hf_handler(self) -> HfTask | None:
         return None if self.hf_task is None else load(self.hf_task)
+
+    def quality_check(self) -> Quality | None:
+        return None if self.quality is None else load(self.quality)
 
 
 def load(part: Part[T]) -> T:
@@ -258,14 +265,16 @@ def _is_embedding(folder: Folder) -> str:
 
 
 def _builtin(kind: str, summary: str, pipeline: str, commands: Sequence[str], options: str,
-             recognise: Recognise | str, priority: int, info_type: str, serves: tuple[str, ...] = ()) -> Family:
+             recognise: Recognise | str, priority: int, info_type: str, serves: tuple[str, ...] = (),
+             quality: bool = True) -> Family:
     return Family(
         kind=kind, summary=summary, hf_task=f"rsinfer_cli.server.routes.{kind}:hf_task", info_type=info_type,
         pipeline=f"rsinfer_cli.pipelines.{kind}:{pipeline}",
         routes=f"rsinfer_cli.server.routes.{kind}:routes",
         commands=tuple((name, f"rsinfer_cli.cli.{kind}:{name}_cmd") for name in commands),
         bench=f"rsinfer_cli.server.routes.{kind}:BENCH", ops=f"rsinfer_cli.server.routes.{kind}:OPS",
-        options=f"rsinfer_cli.pipelines.{kind}:{options}", recognise=recognise, priority=priority, serves=serves)
+        options=f"rsinfer_cli.pipelines.{kind}:{options}", recognise=recognise, priority=priority, serves=serves,
+        quality=f"rsinfer_cli.pipelines.{kind}:quality" if quality else None)
 
 
 register(_builtin("embedding", "text embeddings (OpenAI, TEI)", "EmbeddingPipeline", ["embed"],
@@ -282,16 +291,17 @@ register(_builtin("classifier", "text classification: sentiment, intent, toxicit
 register(_builtin("pii", "PII detection and redaction", "PiiPipeline", ["redact", "detect"],
                   "PiiOptions", _is_pii, 10, "classifier"))
 register(_builtin("sparse", "learned sparse vectors, SPLADE (TEI /embed_sparse)", "SparsePipeline", ["sparse"],
-                  "SparseOptions", "rsinfer_cli.pipelines.sparse:recognise", 15, "embedding"))
+                  "SparseOptions", "rsinfer_cli.pipelines.sparse:recognise", 15, "embedding", quality=False))
 register(_builtin("late_interaction", "multi-vector late interaction, ColBERT: token vectors, MaxSim reranking",
                   "LateInteractionPipeline", ["colbert"], "LateInteractionOptions",
-                  "rsinfer_cli.pipelines.late_interaction:recognise", 15, "embedding", serves=("rerank",)))
+                  "rsinfer_cli.pipelines.late_interaction:recognise", 15, "embedding", serves=("rerank",),
+                  quality=False))
 register(Family(kind="tensor", summary="any ONNX graph as named tensors (KServe v2 REST and gRPC, /infer, /batch)",
                 pipeline="rsinfer_cli.pipelines.tensor:TensorPipeline",
                 routes="rsinfer_cli.server.routes.tensor:routes", bench="rsinfer_cli.server.routes.tensor:BENCH",
                 ops="rsinfer_cli.server.routes.tensor:OPS", options="rsinfer_cli.pipelines.tensor:TensorOptions",
                 needs_tokenizer=False, config_fields=("max_batch_size", "backend"), recognise=_is_tensor,
-                priority=0))
+                priority=0, quality="rsinfer_cli.pipelines.tensor:quality"))
 
 
 # ---------------------------------------------------------------- families from other packages

@@ -18,10 +18,11 @@ from ..errors import (
     ModelLoadError,
     ModelNotFound,
     PoolTimeout,
+    QualityGateFailed,
     RsinferError,
     Saturated,
 )
-from . import bench, download, inspect, openapi, serve
+from . import bench, download, inspect, openapi, quantize, serve
 
 
 class ExitCode(enum.IntEnum):
@@ -34,6 +35,7 @@ class ExitCode(enum.IntEnum):
     HUB = 4
     MODEL = 5
     BUSY = 6
+    GATE = 7
     INTERRUPTED = 130
 
 
@@ -45,6 +47,8 @@ EXIT_DOCS = {
     ExitCode.HUB: "the Hub or a model folder could not provide the model files",
     ExitCode.MODEL: "a model could not be loaded or run",
     ExitCode.BUSY: "the model's queue was full, or the wait for a session too long",
+    ExitCode.GATE: "a quality gate failed: a quantized graph or another execution provider lost more than a "
+                   "--min-*/--max-* bar allows (rsinfer quantize, rsinfer bench --compare)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
 }
 
@@ -57,6 +61,7 @@ EXIT_CODES: dict[type[BaseException], ExitCode] = {
     ModelLoadError: ExitCode.MODEL,
     InferenceError: ExitCode.MODEL,
     Saturated: ExitCode.BUSY,
+    QualityGateFailed: ExitCode.GATE,
     PoolTimeout: ExitCode.BUSY,
     RsinferError: ExitCode.ERROR,
 }
@@ -101,7 +106,8 @@ def root(
 _COMMANDS: dict[str, tuple[families.Command, str | None]] = {
     "bench": (bench.bench_cmd, bench.bench_cmd.__doc__), "download": (download.download_cmd, download.__doc__),
     "inspect": (inspect.inspect_cmd, inspect.__doc__), "serve": (serve.serve_cmd, serve.__doc__),
-    "openapi": (openapi.openapi_cmd, openapi.__doc__)}
+    "openapi": (openapi.openapi_cmd, openapi.__doc__),
+    "quantize": (quantize.quantize_cmd, quantize.quantize_cmd.__doc__)}
 for _family in families.all_families():  # each family's own commands (`embed`, `rerank`, `redact`, …)
     for _name, _fn in _family.command_functions():
         _COMMANDS[_name] = (_fn, _fn.__doc__)

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT, print_json
+from .quantize import GATES, GateFlags, finish, gate_command
 
 EXAMPLES = """
 
@@ -233,6 +234,7 @@ def bench_http(url: str, route: str, model: str | None, corpus: list[str], concu
 # ---------------------------------------------------------------- command
 
 
+@gate_command
 def bench_cmd(
     url: str = typer.Option(None, "--url", help="Benchmark a running server at this base URL (HTTP mode)."),
     route: str = typer.Option("/v1/embeddings", "--route", help="HTTP mode: the POST route to drive."),
@@ -257,6 +259,13 @@ def bench_cmd(
     dtype: str = DTYPE_OPT,
     kind: str = typer.Option(None, "--kind", help="Pipeline of a --path/--hf model (default: from config.json)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON for programs instead of a table."),
+    compare: tuple[str, str] = typer.Option((None, None), "--compare",
+                                            help="In-process: the quality gate between two graphs of the model, "
+                                                 "each FILE, FILE@EP or @EP (e.g. onnx/model.onnx "
+                                                 "onnx/model_quantized.onnx, or @cpu @openvino): the family's "
+                                                 "measures on --corpus (default: 300 varied texts) and the speed "
+                                                 "ratio; the --min-*/--max-* bars exit 7 when missed."),
+    gates: GateFlags = GATES,
 ) -> None:
     from ..errors import ConfigError
 
@@ -285,11 +294,36 @@ def bench_cmd(
         from ..config import hub_cache_dir
 
         cfg = dataclasses.replace(cfg, kind=guess_source_kind(cfg, hub_cache_dir(server.hf_cache_dir))[0])
+    if compare[0] is not None:
+        _compare(cfg, server, compare, corpus, gates, json_out)
+        return
     rows = bench_in_process(cfg, server, ep_list, *shapes, warmup, repeats, _shapes(shape or []))
     if json_out:
         print_json({"model": cfg.name, "kind": cfg.kind, "results": rows})
     else:
         _ep_table(cfg.name, rows)
+
+
+def _compare(cfg: Any, server: Any, sides: tuple[str, str], corpus: Path | None, gates: GateFlags,
+             json_out: bool) -> None:
+    """`--compare A B`: the model with graph/EP A against the model with graph/EP B."""
+    import dataclasses
+
+    from ..config import EPS, hub_cache_dir
+    from ..errors import ConfigError
+    from ..pipelines.quality import compare
+    from ..pipelines.quality import corpus as builtin
+
+    configs = []
+    for side in sides:
+        file, _, ep = side.partition("@")
+        if ep and ep not in EPS:
+            raise ConfigError(f"--compare {side}: unknown execution provider '{ep}' (one of {', '.join(EPS)})")
+        configs.append(dataclasses.replace(cfg, file=file or cfg.file, eps=(ep,) if ep else cfg.eps, replicas=1))
+    report = compare(configs[0], configs[1], server, _corpus(corpus) if corpus is not None else builtin(),
+                     cache_dir=hub_cache_dir(server.hf_cache_dir))
+    finish(report, gates, {"model": cfg.name, "a": sides[0], "b": sides[1],
+                           "check": {"kind": report.kind, **report.metrics, **report.speed}}, json_out)
 
 
 def _check_http(url: str, concurrency: int, requests: int, texts_per_request: int, duration: float) -> None:

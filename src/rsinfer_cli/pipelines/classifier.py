@@ -127,3 +127,12 @@ class ClassifierPipeline(TextPipeline):
 
     def classify(self, texts: Sequence[str], **kw: Any) -> Classified:
         return self.run(self.plan_classify(texts, **kw))
+
+
+def quality(a: ClassifierPipeline, b: ClassifierPipeline, texts: Sequence[str]) -> dict[str, float]:
+    """What b loses against a (the quality gate): the share of texts with the same top label, and the largest
+    difference of any label's score."""
+    ra, rb = a.classify(texts).results, b.classify(texts).results
+    agree = sum(x[0][0] == y[0][0] for x, y in zip(ra, rb, strict=True)) / len(ra)
+    delta = max(abs(dict(x)[label] - score) for x, y in zip(ra, rb, strict=True) for label, score in y)
+    return {"top1_agreement": agree, "max_abs_delta": float(delta)}

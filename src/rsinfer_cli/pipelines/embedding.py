@@ -461,3 +461,14 @@ def embedding_types(vectors: Array, types: Sequence[str]) -> dict[str, Any]:
             raise InputError(f"unknown embedding type '{t}' (one of {', '.join(EMBEDDING_TYPES)})",
                              param="embedding_types")
     return out
+
+
+def quality(a: EmbeddingPipeline, b: EmbeddingPipeline, texts: Sequence[str]) -> dict[str, float]:
+    """What b's vectors lose against a's (the quality gate): each text's cosine (mean, min) and the overlap of
+    every text's 10 nearest neighbours in the corpus."""
+    from .quality import cosines, neighbour_recall
+
+    va, vb = a.embed(texts).vectors, b.embed(texts).vectors
+    cos = cosines(va, vb)
+    return {"mean_cosine": float(cos.mean()), "min_cosine": float(cos.min()),
+            "top10_recall": neighbour_recall(va, vb)}

@@ -575,3 +575,14 @@ class PiiPipeline(TextPipeline):
 
     def redact(self, texts: Sequence[str], **kw: Any) -> Redaction:
         return self.run(self.plan_redact(texts, **kw))
+
+
+def quality(a: PiiPipeline, b: PiiPipeline, texts: Sequence[str]) -> dict[str, float]:
+    """What b loses against a (the quality gate): the F1 of b's spans (type, start, end) against a's."""
+    from .quality import span_f1
+
+    def spans(pipe: PiiPipeline) -> list[list[tuple[str, int, int]]]:
+        return [[(e.entity_type, e.start, e.end) for e in ents] for ents in pipe.detect(texts).entities]
+
+    want, got = spans(a), spans(b)
+    return {"span_f1": span_f1(want, got), "spans": float(sum(map(len, want)))}

@@ -192,3 +192,18 @@ def ranked(scores: Array, top_n: int | None = None) -> list[int]:
     """Indices by score, highest first, ties in input order; at most top_n."""
     order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
     return order if top_n is None else order[:top_n]
+
+
+def quality(a: Reranker, b: Reranker, texts: Sequence[str]) -> dict[str, float]:
+    """What b's scores lose against a's (the quality gate): per query of the corpus, Spearman's ρ of the documents'
+    scores (mean, min), whether the top document is the same, and the largest score difference."""
+    from .quality import queries_and_documents, spearman
+
+    rhos, agree, delta = [], 0, 0.0
+    for query, docs in queries_and_documents(texts):
+        sa, sb = a.run(a.plan_rerank(query, docs)).scores, b.run(b.plan_rerank(query, docs)).scores
+        rhos.append(spearman(sa, sb))
+        agree += int(ranked(sa)[0] == ranked(sb)[0])
+        delta = max(delta, float(np.abs(sa - sb).max()))
+    return {"mean_spearman": float(np.mean(rhos)), "min_spearman": float(np.min(rhos)),
+            "top1_agreement": agree / len(rhos), "max_abs_delta": delta}

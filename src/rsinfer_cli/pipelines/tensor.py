@@ -314,3 +314,17 @@ class TensorPipeline(RowPipeline):
 
 def element_count(shape: Sequence[int]) -> int:
     return math.prod(shape) if shape else 1
+
+
+def quality(a: TensorPipeline, b: TensorPipeline, texts: Sequence[str]) -> dict[str, float]:
+    """What b loses against a (the quality gate), on random inputs of the graph's signature (the texts are not
+    used): the largest absolute and relative difference of any output element."""
+    rows, costs = a.sample_rows(16, 16)
+    abs_err = rel_err = 0.0
+    for x, y in zip(a.forwards(rows, costs), b.forwards(rows, costs), strict=True):
+        for name, value in x.items():
+            va, vb = np.asarray(value, dtype=np.float64), np.asarray(y[name], dtype=np.float64)
+            diff = np.abs(va - vb)
+            abs_err = max(abs_err, float(diff.max(initial=0.0)))
+            rel_err = max(rel_err, float((diff / np.maximum(np.abs(va), 1e-6)).max(initial=0.0)))
+    return {"max_abs_error": abs_err, "max_rel_error": rel_err}

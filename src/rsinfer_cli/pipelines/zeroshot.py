@@ -215,3 +215,17 @@ def assertion_for(question: str | None, assertion: str | None) -> str:
         raise InputError(f"cannot phrase '{question.strip()}' as an assertion (not a simple yes/no question); pass "
                          "an explicit `assertion` (e.g. \"This email is important.\")", param="question")
     return inverted
+
+
+QUALITY_LABELS = ("billing", "shipping", "technical support", "account security", "science", "other")
+
+
+def quality(a: ZeroShotPipeline, b: ZeroShotPipeline, texts: Sequence[str]) -> dict[str, float]:
+    """What b loses against a (the quality gate), over fixed candidate labels: the share of texts with the same top
+    label, and the largest difference of any label's score."""
+    ra = a.classify(texts, QUALITY_LABELS).results
+    rb = b.classify(texts, QUALITY_LABELS).results
+    agree = sum(x.labels[0] == y.labels[0] for x, y in zip(ra, rb, strict=True)) / len(ra)
+    delta = max(abs(dict(zip(x.labels, x.scores, strict=True))[label] - score)
+                for x, y in zip(ra, rb, strict=True) for label, score in zip(y.labels, y.scores, strict=True))
+    return {"top1_agreement": agree, "max_abs_delta": float(delta)}

@@ -1,0 +1,192 @@
+"""Smaller and faster graphs from a model's fp32 graph, written beside it under the names the resolver ranks for
+`dtype:` (hub.DTYPE_FIRST), never over it - with onnxruntime's own tools, as optimum-cli does:
+
+    int8      onnxruntime.quantization.quantize_dynamic: weights int8 (per output channel with `per_channel`),
+              activations quantized at run time; the graph first goes through quant_pre_process (ONNX and
+              symbolic shape inference - ONNX's alone where the symbolic one gives up, as on torch dynamo's
+              exports), as onnxruntime's quantization guide asks
+    fp16      onnxruntime.transformers.float16.convert_float_to_float16 with keep_io_types: the graph's inputs
+              and outputs stay float32, so every pipeline feeds and reads it unchanged
+    optimize  onnxruntime.transformers.optimizer.optimize_model (BERT-family fusions: attention, LayerNorm,
+              GELU, bias adds), before quantizing or alone
+
+A graph over 2 GB (or with external data) is written with its weights as external data beside it. Needs the `onnx`
+package (`pip install 'rsinfer[quantize]'`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError, ModelLoadError
+
+DTYPES = ("int8", "fp16", "fp32")
+# the file each result gets beside the source graph; the resolver ranks these names for `dtype:` (hub.DTYPE_FIRST)
+OUTPUT_NAMES = {("int8", False): "model_quantized.onnx", ("int8", True): "model_optimized_quantized.onnx",
+                ("fp16", False): "model_fp16.onnx", ("fp16", True): "model_optimized_fp16.onnx",
+                ("fp32", True): "model_optimized.onnx"}
+PROTOBUF_LIMIT = 2 << 30      # a graph past it must keep its weights as external data
+# ops of an already quantized graph whose scales must stay float32 under fp16 (opset < 19 allows no float16
+# scale); MatMulNBits takes float16 inputs and scales, and converts with the rest
+QUANTIZED_OPS = ("DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
+                 "DynamicQuantizeMatMul", "QLinearMatMul")
+
+
+@dataclass(frozen=True)
+class Quantized:
+    source: Path
+    output: Path
+    dtype: str
+    per_channel: bool
+    optimized: bool
+    bytes: int             # the new graph with its external data
+    source_bytes: int
+
+
+def require_onnx() -> None:
+    import importlib.util
+
+    missing = [m for m in ("onnx", "sympy") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"quantizing needs the {' and '.join(missing)} package{'s' if len(missing) > 1 else ''}: "
+                          "pip install 'rsinfer[quantize]'")
+
+
+def output_path(source: Path, dtype: str, optimize: bool, out: Path | None = None) -> Path:
+    """Where the result goes: `out`, else beside `source` under the name the resolver ranks for the dtype."""
+    if dtype not in DTYPES or (dtype, optimize) not in OUTPUT_NAMES:
+        raise ConfigError(f"--dtype must be int8 or fp16 (or fp32 with --optimize), got '{dtype}'")
+    path = out if out is not None else source.parent / OUTPUT_NAMES[(dtype, optimize)]
+    if path.resolve() == source.resolve():
+        raise ConfigError(f"{path} is the source graph; rsinfer quantize never writes over it")
+    if path.suffix != ".onnx":
+        raise ConfigError(f"--out must end in .onnx, got '{path}'")
+    return path
+
+
+def graph_bytes(path: Path) -> int:
+    """The graph file and the external data files it names."""
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    total = path.stat().st_size
+    model = onnx.load(str(path), load_external_data=False)
+    seen: set[str] = set()
+    for t in model.graph.initializer:
+        if uses_external_data(t):
+            loc = ExternalDataInfo(t).location
+            if loc not in seen and (path.parent / loc).exists():
+                seen.add(loc)
+                total += (path.parent / loc).stat().st_size
+    return total
+
+
+def quantize(source: Path, dtype: str, *, per_channel: bool = False, optimize: bool = False,
+             out: Path | None = None) -> Quantized:
+    """Write `source` as `dtype` (optimized first with `optimize`) and return where it went. The work happens in a
+    scratch folder beside the output, moved into place at the end: an interrupted run leaves no half graph under a
+    name the resolver would pick."""
+    require_onnx()
+    target = output_path(source, dtype, optimize, out)
+    if per_channel and dtype != "int8":
+        raise ConfigError("--per-channel applies to --dtype int8")
+    source_bytes = graph_bytes(source)
+    external = source_bytes > PROTOBUF_LIMIT or source_bytes != source.stat().st_size
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".rsinfer-quantize-", dir=target.parent))
+    try:
+        with contextlib.redirect_stdout(sys.stderr):    # the converters print; stdout is the command's
+            current = _convert(source, scratch, dtype, per_channel, optimize, external)
+        _loads(current)
+        _move(current, target)
+    except (ConfigError, ModelLoadError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - onnx and onnxruntime raise untyped errors
+        raise ModelLoadError(f"cannot {'optimize and ' if optimize else ''}convert {source} to {dtype}: "
+                             f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return Quantized(source, target, dtype, per_channel, optimize, graph_bytes(target), source_bytes)
+
+
+def _convert(source: Path, scratch: Path, dtype: str, per_channel: bool, optimize: bool, external: bool) -> Path:
+    current = source
+    if optimize:
+        current = _optimize(current, scratch / "optimized.onnx", external)
+    if dtype == "int8":
+        current = _int8(current, scratch, per_channel, external)
+    elif dtype == "fp16":
+        current = _fp16(current, scratch / "fp16.onnx", external)
+    return current
+
+
+def _loads(graph: Path) -> None:
+    """The converted graph must load in onnxruntime before it takes a name the resolver picks."""
+    import onnxruntime as ort
+
+    try:
+        ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - ORT raises untyped errors
+        raise ModelLoadError(f"the converted graph does not load in onnxruntime, so nothing was written: {exc}") \
+            from exc
+
+
+def _optimize(source: Path, dest: Path, external: bool) -> Path:
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    # opt_level 0: the fusions alone (level 1 first runs an ORT session pass, which imports torch)
+    model = optimize_model(str(source), model_type="bert", num_heads=0, hidden_size=0, opt_level=0)
+    model.save_model_to_file(str(dest), use_external_data_format=external)
+    return dest
+
+
+def _int8(source: Path, scratch: Path, per_channel: bool, external: bool) -> Path:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    prepared = scratch / "prepared.onnx"
+    try:
+        quant_pre_process(str(source), str(prepared), auto_merge=True, save_as_external_data=external,
+                          all_tensors_to_one_file=True)
+    except Exception:  # noqa: BLE001 - symbolic inference gives up on some exporters' graphs (torch dynamo's)
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True, save_as_external_data=external,
+                          all_tensors_to_one_file=True)
+    dest = scratch / "int8.onnx"
+    quantize_dynamic(str(prepared), str(dest), per_channel=per_channel, weight_type=QuantType.QInt8,
+                     use_external_data_format=external)
+    return dest
+
+
+def _fp16(source: Path, dest: Path, external: bool) -> Path:
+    import onnx
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+
+    model = onnx.load(str(source))
+    # a graph that is already quantized keeps its (de)quantization in float32: their scales must match their ops
+    converted = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=external,
+                                         op_block_list=[*DEFAULT_OP_BLOCK_LIST, *QUANTIZED_OPS])
+    onnx.save(converted, str(dest), save_as_external_data=external, all_tensors_to_one_file=True,
+              location=f"{dest.name}_data" if external else None)
+    return dest
+
+
+def _move(graph: Path, target: Path) -> None:
+    """The graph (and its external data, renamed after the target, the reference inside rewritten) into place."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    model = onnx.load(str(graph), load_external_data=False)
+    if not any(uses_external_data(t) for t in model.graph.initializer):
+        os.replace(graph, target)
+        return
+    full = onnx.load(str(graph))            # weights in memory, written again under the target's own name
+    tmp = target.with_name(f".{target.name}.partial")
+    onnx.save(full, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+              location=f"{target.name}_data")      # relative to the graph: beside the target
+    os.replace(tmp, target)
