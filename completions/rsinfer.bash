@@ -6,7 +6,7 @@ _rsinfer() {
     done
     case "$cmd" in
         "")
-            COMPREPLY=($(compgen -W "bench classify colbert detect download embed inspect openapi predict redact rerank serve sparse --version --help" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "bench classify colbert detect download embed inspect openapi predict quantize redact rerank serve sparse --version --help" -- "$cur")); return ;;
         bench)
             case "$prev" in
                 --url) return ;;
@@ -29,8 +29,17 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
                 --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction tensor" -- "$cur")); return ;;
+                --compare) return ;;
+                --min-cosine) return ;;
+                --min-recall) return ;;
+                --min-rho) return ;;
+                --min-agreement) return ;;
+                --min-f1) return ;;
+                --max-delta) return ;;
+                --max-error) return ;;
+                --speed-seconds) return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--url --route --concurrency --requests --duration --texts-per-request --corpus --eps --batch-sizes --seq-lens --shape --warmup --repeats --model -m --config -c --path --hf --revision --dtype --kind --json --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--url --route --concurrency --requests --duration --texts-per-request --corpus --eps --batch-sizes --seq-lens --shape --warmup --repeats --model -m --config -c --path --hf --revision --dtype --kind --json --compare --min-cosine --min-recall --min-rho --min-agreement --min-f1 --max-delta --max-error --speed-seconds --help -h" -- "$cur")) ;;
         classify)
             case "$prev" in
                 --labels|-l) return ;;
@@ -145,6 +154,23 @@ _rsinfer() {
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--top-k --raw --function --input -i --format --field --table --batch-size --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --help -h" -- "$cur")) ;;
+        quantize)
+            case "$prev" in
+                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --out) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --into) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction tensor" -- "$cur")); return ;;
+                --texts) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --speed-seconds) return ;;
+                --min-cosine) return ;;
+                --min-recall) return ;;
+                --min-rho) return ;;
+                --min-agreement) return ;;
+                --min-f1) return ;;
+                --max-delta) return ;;
+                --max-error) return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--dtype --per-channel/--per-tensor --optimize --out --into --kind --texts --check/--no-check --speed-seconds --min-cosine --min-recall --min-rho --min-agreement --min-f1 --max-delta --max-error --json --help -h" -- "$cur")) ;;
         redact)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT, print_json
-from .quantize import GATES, GateFlags, finish, gate_command
+from .quantize import GATES, SPEED_OPT, GateFlags, finish, gate_command
 
 EXAMPLES = """
 
@@ -266,6 +266,7 @@ def bench_cmd(
                                                  "measures on --corpus (default: 300 varied texts) and the speed "
                                                  "ratio; the --min-*/--max-* bars exit 7 when missed."),
     gates: GateFlags = GATES,
+    speed_seconds: float = SPEED_OPT,
 ) -> None:
     from ..errors import ConfigError
 
@@ -295,7 +296,7 @@ def bench_cmd(
 
         cfg = dataclasses.replace(cfg, kind=guess_source_kind(cfg, hub_cache_dir(server.hf_cache_dir))[0])
     if compare[0] is not None:
-        _compare(cfg, server, compare, corpus, gates, json_out)
+        _compare(cfg, server, compare, corpus, gates, json_out, speed_seconds)
         return
     rows = bench_in_process(cfg, server, ep_list, *shapes, warmup, repeats, _shapes(shape or []))
     if json_out:
@@ -305,7 +306,7 @@ def bench_cmd(
 
 
 def _compare(cfg: Any, server: Any, sides: tuple[str, str], corpus: Path | None, gates: GateFlags,
-             json_out: bool) -> None:
+             json_out: bool, speed_seconds: float) -> None:
     """`--compare A B`: the model with graph/EP A against the model with graph/EP B."""
     import dataclasses
 
@@ -321,7 +322,7 @@ def _compare(cfg: Any, server: Any, sides: tuple[str, str], corpus: Path | None,
             raise ConfigError(f"--compare {side}: unknown execution provider '{ep}' (one of {', '.join(EPS)})")
         configs.append(dataclasses.replace(cfg, file=file or cfg.file, eps=(ep,) if ep else cfg.eps, replicas=1))
     report = compare(configs[0], configs[1], server, _corpus(corpus) if corpus is not None else builtin(),
-                     cache_dir=hub_cache_dir(server.hf_cache_dir))
+                     cache_dir=hub_cache_dir(server.hf_cache_dir), speed_seconds=speed_seconds)
     finish(report, gates, {"model": cfg.name, "a": sides[0], "b": sides[1],
                            "check": {"kind": report.kind, **report.metrics, **report.speed}}, json_out)
 

@@ -45,7 +45,8 @@ class GateFlags:
 GATE_HELP = {
     "min_cosine": "Fail (exit 7) if an embedding's cosine to the original's falls below this for any text.",
     "min_recall": "Fail if the embeddings' top-10 neighbour recall over the texts falls below this.",
-    "min_rho": "Fail if a rerank query's Spearman rho between the two graphs' scores falls below this.",
+    "min_rho": "Fail if the mean over rerank queries of Spearman's rho between the two graphs' scores falls below "
+               "this.",
     "min_agreement": "Fail if the share of texts (queries) with the same top label (document) falls below this.",
     "min_f1": "Fail if PII span F1 against the original graph's spans falls below this.",
     "max_delta": "Fail if any score (rerank, classifier, zero-shot) moves by more than this.",
@@ -78,6 +79,8 @@ def gate_command(fn: Callable[..., None]) -> Callable[..., None]:
 
 
 GATES = GateFlags()
+SPEED_OPT = typer.Option(1.0, "--speed-seconds", help="The check's timing: seconds per graph and batch size (1 and "
+                                                      "32), two interleaved rounds; 0 skips it.")
 
 
 @gate_command
@@ -99,6 +102,7 @@ def quantize_cmd(
     texts: Path = typer.Option(None, "--texts", help="Texts for the check, one per line (default: a built-in "
                                                      "corpus of 300 varied texts)."),
     check: bool = typer.Option(True, "--check/--no-check", help="Compare the new graph with the original."),
+    speed_seconds: float = SPEED_OPT,
     gates: GateFlags = GATES,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -116,7 +120,7 @@ def quantize_cmd(
 
         typer.echo(f"wrote {done.output} ({human_size(done.bytes)}; the original {human_size(done.source_bytes)})")
     if check:
-        report = compare_graphs(folder, source, done.output, kind, texts)
+        report = compare_graphs(folder, source, done.output, kind, texts, speed_seconds)
         result["check"] = {"kind": report.kind, **report.metrics, **report.speed}
         finish(report, gates, result, json_out)
     elif json_out:
@@ -158,7 +162,8 @@ def original_graph(folder: Path) -> Path:
     return resolve(ModelSource(path=str(folder), needs_tokenizer=False, file=rel), None).graph_path
 
 
-def compare_graphs(folder: Path, a: Path, b: Path, kind: str | None, texts: Path | None) -> Any:
+def compare_graphs(folder: Path, a: Path, b: Path, kind: str | None, texts: Path | None,
+                   speed_seconds: float = 1.0) -> Any:
     """The model's pipeline over graph a and graph b (files of `folder`) on the same texts."""
     from .. import families
     from ..config import ModelConfig, ServerConfig
@@ -178,7 +183,7 @@ def compare_graphs(folder: Path, a: Path, b: Path, kind: str | None, texts: Path
     rel = [str(p.absolute().relative_to(folder.absolute())) if p.absolute().is_relative_to(folder.absolute())
            else str(p.absolute()) for p in (a, b)]     # symlinks not followed: the folder's own names
     return compare(dataclasses.replace(base, file=rel[0]), dataclasses.replace(base, file=rel[1]), ServerConfig(),
-                   _corpus(texts) if texts is not None else corpus())
+                   _corpus(texts) if texts is not None else corpus(), speed_seconds=speed_seconds)
 
 
 def finish(report: Any, gates: GateFlags, result: dict[str, Any], json_out: bool) -> None:

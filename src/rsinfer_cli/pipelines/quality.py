@@ -27,7 +27,7 @@ from .base import Array, RowPipeline
 
 # gate flag → (metric, whether the metric must be at least the bar (True) or at most it (False))
 GATES: dict[str, tuple[str, bool]] = {
-    "min_cosine": ("min_cosine", True), "min_recall": ("top10_recall", True), "min_rho": ("min_spearman", True),
+    "min_cosine": ("min_cosine", True), "min_recall": ("top10_recall", True), "min_rho": ("mean_spearman", True),
     "min_agreement": ("top1_agreement", True), "min_f1": ("span_f1", True), "max_delta": ("max_abs_delta", False),
     "max_error": ("max_abs_error", False),
 }
@@ -192,9 +192,9 @@ def speed(a: RowPipeline, b: RowPipeline, batches: Sequence[int] = (1, 32), leng
 
 
 def compare(a_cfg: Any, b_cfg: Any, server: Any, texts: Sequence[str], *, cache_dir: Any = None,
-            measure_speed: bool = True) -> Report:
+            speed_seconds: float = 1.0) -> Report:
     """Load the model twice (two ModelConfigs: another graph file, or other execution providers), run its
-    family's quality check on `texts`, and time both (`speed`)."""
+    family's quality check on `texts`, and time both (`speed`, `speed_seconds` per measurement; 0: not timed)."""
     from .. import families
     from ..engine.model import load_model
     from ..errors import ConfigError
@@ -207,4 +207,5 @@ def compare(a_cfg: Any, b_cfg: Any, server: Any, texts: Sequence[str], *, cache_
     factory = family.pipeline_factory()
     a = factory(load_model(a_cfg, server, cache_dir))
     b = factory(load_model(b_cfg, server, cache_dir))
-    return Report(a_cfg.kind, dict(check(a, b, texts)), speed(a, b) if measure_speed else {})
+    return Report(a_cfg.kind, dict(check(a, b, texts)),
+                  speed(a, b, seconds=speed_seconds) if speed_seconds > 0 else {})
