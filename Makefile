@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 CONFIG ?= config.example.yaml
 PIP := $(BIN)/python -m pip
 
-.PHONY: install dev test lint serve completions man docs-ref docs docs-serve proto docs-assets cpu gpu-cuda gpu-trt mac-coreml openvino clean
+.PHONY: install dev test lint serve completions man docs-ref docs docs-serve proto docs-assets cpu gpu-cuda gpu-trt mac-coreml openvino openvino-venv clean
+OV_VENV ?= .venv-openvino
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,9 +19,18 @@ dev: $(BIN)/python            ## rsinfer plus the test tools
 	$(PIP) install -q -e '.[test]'
 
 test: dev                     ## lint, type-check the package (mypy --strict), then the whole suite (no network; ../shared/models)
+	-@$(MAKE) --no-print-directory openvino-venv   # where the wheel exists (x86_64); tests/test_openvino.py skips without
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest
+	RSINFER_OPENVINO_PYTHON="$${RSINFER_OPENVINO_PYTHON:-$(abspath $(OV_VENV))/bin/python}" $(BIN)/pytest
+
+openvino-venv: $(OV_VENV)/bin/rsinfer   ## a second venv where onnxruntime-openvino replaces onnxruntime (OpenVINO tests)
+
+$(OV_VENV)/bin/rsinfer: pyproject.toml
+	$(PYTHON) -m venv $(OV_VENV)
+	$(OV_VENV)/bin/python -m pip install -q -e .
+	$(OV_VENV)/bin/python -m pip uninstall -q -y $(ORT_WHEELS)
+	$(OV_VENV)/bin/python -m pip install -q onnxruntime-openvino
 
 lint: dev
 	$(BIN)/ruff check src tests benchmarks
@@ -79,4 +89,4 @@ openvino: install             ## Intel OpenVINO (eps: [openvino, cpu])
 	$(PIP) install -q onnxruntime-openvino
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .ruff_cache src/*.egg-info
+	rm -rf $(VENV) $(OV_VENV) build dist .pytest_cache .ruff_cache src/*.egg-info

@@ -137,12 +137,14 @@ class ServerThread:
 class ServeProcess:
     """`rsinfer serve` as a subprocess; ready when it prints its listening line (bounded wait)."""
 
-    def __init__(self, config_path: Path, port: int, extra_env: dict | None = None, args: list[str] = ()) -> None:
+    def __init__(self, config_path: Path, port: int, extra_env: dict | None = None, args: list[str] = (),
+                 python: str | None = None) -> None:
+        """`python`: another interpreter with rsinfer installed (the OpenVINO venv's)."""
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         env = {**os.environ, **(extra_env or {})}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(config_path), "--port", str(port),
+            [python or sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(config_path), "--port", str(port),
              "--host", "127.0.0.1", "--log-level", "info", *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env)
         self.lines: list[str] = []
