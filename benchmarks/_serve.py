@@ -122,7 +122,8 @@ class Serve:
     """`rsinfer serve` on 127.0.0.1:<port> with the given config text (its `server.bind` is set here)."""
 
     def __init__(self, models_yaml: str, tmp: Path, server_yaml: str = "", name: str = "bench",
-                 src: Path | None = None, cpus: str | None = None, log_level: str = "warning") -> None:
+                 src: Path | None = None, cpus: str | None = None, log_level: str = "warning",
+                 python: str | None = None) -> None:
         """`src`: run the rsinfer_cli package found there (another checkout's src/) instead of this one; `cpus`:
         run it under `taskset -c CPUS`; `log_level`: "info" is the default a user gets (an access line per
         request, read here from the pipe as journald would)."""
@@ -135,8 +136,8 @@ class Serve:
         if src is not None:
             env["PYTHONPATH"] = f"{src}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(src)
         pin = ["taskset", "-c", cpus] if cpus else []
-        self.proc = subprocess.Popen([*pin, sys.executable, "-m", "rsinfer_cli", "serve", "--config", str(cfg),
-                                      "--log-level", log_level], stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen([*pin, python or sys.executable, "-m", "rsinfer_cli", "serve", "--config",
+                                      str(cfg), "--log-level", log_level], stderr=subprocess.PIPE, text=True, env=env)
         assert self.proc.stderr is not None
         self.lines: list[str] = []     # its stderr, read on a thread to the end (a full pipe would block it)
         self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr or ()), daemon=True)

@@ -30,7 +30,7 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-from _serve import Serve, append_results
+from _serve import Serve, append_results, peak_rss_bytes
 from batching import ROOT, SHARED, Raw, drive, machine, mixed, queries
 
 MINILM, SPLADE, COLBERT = SHARED / "all-minilm-l6-v2", SHARED / "tiny-splade", SHARED / "tiny-colbert"
@@ -138,11 +138,10 @@ def throughput(tmp: Path, max_s: float) -> list[str]:
 # ---------------------------------------------------------------- memory
 
 
-def rss_kib(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise KeyError(key)
+def rss_kib(pid: int) -> int:
+    """The process's resident memory now (VmRSS), KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
 def memory(tmp: Path, rows: list[tuple[str, str]]) -> list[str]:
@@ -160,10 +159,10 @@ def memory(tmp: Path, rows: list[tuple[str, str]]) -> list[str]:
         with Serve(models, tmp, "max_queue: 1024", name="splade-mem") as srv:
             pid = srv.proc.pid
             asyncio.run(drive(srv.url, "/v1/embeddings/sparse", [{"input": "warm up"}], 1, 5))
-            before = rss_kib(pid, "VmRSS")
+            before = rss_kib(pid)
             bodies = [{"input": t} for t in texts]
             res = asyncio.run(drive(srv.url, "/v1/embeddings/sparse", bodies, 64, 120))
-            peak = rss_kib(pid, "VmHWM")
+            peak = peak_rss_bytes(pid) // 1024
             info = json.loads(_get(srv.url + "/v1/models"))["data"][0]["pipeline"]
         out.append(f"| {label} | {info['max_tokens_per_forward']} | "
                    f"{info['max_tokens_per_forward'] * 30522 * 4 / 2**20:.0f} | {before / 1024:.0f} | "
