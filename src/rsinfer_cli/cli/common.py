@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -65,27 +65,37 @@ SOURCE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("revision", str, REVISION_OPT), ("dtype", str, DTYPE_OPT))
 
 
-def model_command(fn: Callable[..., None]) -> Callable[..., None]:
-    """A family command whose `source: ModelFlags` parameter stands for --model/-m, --config, --path, --hf,
-    --revision and --dtype: Typer sees those six options where the parameter is, and the command gets them as
-    one ModelFlags. One definition of the options every family's commands share."""
-    hints = typing.get_type_hints(fn)
-    params: list[inspect.Parameter] = []
-    for p in inspect.signature(fn).parameters.values():
-        if p.name == "source":
-            params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
-                                         annotation=tp) for name, tp, default in SOURCE_OPTIONS]
-        else:
-            params.append(p.replace(annotation=hints.get(p.name, p.annotation)))
+def flag_group(param: str, cls: Callable[..., Any],
+               options: Sequence[tuple[str, Any, Any]]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A decorator for commands whose `param` parameter stands for several options: Typer sees `options` ((name,
+    type, typer.Option), in --help's order) where the parameter is, and the command gets them as one `cls(...)`.
+    One definition of options that several commands share."""
 
-    @functools.wraps(fn)
-    def command(*args: Any, **kwargs: Any) -> None:
-        given = {name: kwargs.pop(name) for name, _, _ in SOURCE_OPTIONS if name in kwargs}
-        fn(*args, source=ModelFlags(**given), **kwargs)
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        hints = typing.get_type_hints(fn)
+        params: list[inspect.Parameter] = []
+        for p in inspect.signature(fn).parameters.values():
+            if p.name == param:
+                params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
+                                             annotation=tp) for name, tp, default in options]
+            else:
+                params.append(p.replace(annotation=hints.get(p.name, p.annotation)))
 
-    command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
-    command.__annotations__ = {p.name: p.annotation for p in params}
-    return command
+        @functools.wraps(fn)
+        def command(*args: Any, **kwargs: Any) -> None:
+            given = {name: kwargs.pop(name) for name, _, _ in options if name in kwargs}
+            fn(*args, **{param: cls(**given)}, **kwargs)
+
+        command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return decorate
+
+
+# a family command whose `source: ModelFlags` parameter stands for --model/-m, --config, --path, --hf, --revision
+# and --dtype: one definition of the options every family's commands share
+model_command = flag_group("source", ModelFlags, SOURCE_OPTIONS)
 
 
 def model_from_options(*, name: str | None, config: Path | None, path: Path | None, hf: str | None,

@@ -5,17 +5,13 @@ pipeline runs both graphs on the same texts and reports its family's measures an
 
 from __future__ import annotations
 
-import functools
-import inspect
-import typing
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from .common import JSON_OPT
+from .common import JSON_OPT, flag_group
 
 EXAMPLES = """
 
@@ -54,28 +50,10 @@ GATE_HELP = {
 }
 
 
-def gate_command(fn: Callable[..., None]) -> Callable[..., None]:
-    """A command whose `gates: GateFlags` parameter stands for the --min-*/--max-* bars (as model_command does for
-    the model options): one definition of the bars both commands take."""
-    hints = typing.get_type_hints(fn)
-    names = [f.name for f in fields(GateFlags)]
-    params: list[inspect.Parameter] = []
-    for p in inspect.signature(fn).parameters.values():
-        if p.name == "gates":
-            params += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=float,
-                                         default=typer.Option(None, f"--{n.replace('_', '-')}", help=GATE_HELP[n]))
-                       for n in names]
-        else:
-            params.append(p.replace(annotation=hints.get(p.name, p.annotation)))
-
-    @functools.wraps(fn)
-    def command(*args: Any, **kwargs: Any) -> None:
-        given = {n: kwargs.pop(n) for n in names if n in kwargs}
-        fn(*args, gates=GateFlags(**given), **kwargs)
-
-    command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
-    command.__annotations__ = {p.name: p.annotation for p in params}
-    return command
+# a command whose `gates: GateFlags` parameter stands for the --min-*/--max-* bars (quantize, bench --compare)
+gate_command = flag_group("gates", GateFlags, tuple(
+    (f.name, float, typer.Option(None, f"--{f.name.replace('_', '-')}", help=GATE_HELP[f.name]))
+    for f in fields(GateFlags)))
 
 
 GATES = GateFlags()
