@@ -342,17 +342,9 @@ def _check_http(url: str, concurrency: int, requests: int, texts_per_request: in
 
 def _corpus(corpus: Path | None) -> list[str]:
     """--corpus's texts, one per non-blank line; the built-in corpus without it."""
-    from ..errors import ConfigError
+    from .io import read_texts
 
-    if corpus is None:
-        return builtin_corpus()
-    try:
-        texts = [x for x in corpus.read_text(encoding="utf-8").splitlines() if x.strip()]
-    except OSError as exc:
-        raise ConfigError(f"--corpus {corpus}: {exc.strerror}") from None
-    if not texts:
-        raise ConfigError(f"--corpus {corpus} has no texts")
-    return texts
+    return builtin_corpus() if corpus is None else read_texts(corpus, "--corpus")
 
 
 def _ep_table(name: str, rows: list[dict[str, Any]]) -> None:

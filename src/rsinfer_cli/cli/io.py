@@ -220,3 +220,14 @@ class NpyWriter:
     def abort(self) -> None:
         self._f.close()
         self.path.unlink(missing_ok=True)
+
+
+def read_texts(path: Path, option: str) -> list[str]:
+    """A file's non-blank lines (texts for a benchmark or a quality check); ConfigError naming `option`."""
+    try:
+        texts = [x for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: {exc.strerror}") from None
+    if not texts:
+        raise ConfigError(f"{option} {path} has no texts")
+    return texts

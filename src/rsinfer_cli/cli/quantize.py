@@ -146,8 +146,8 @@ def compare_graphs(folder: Path, a: Path, b: Path, kind: str | None, texts: Path
     from .. import families
     from ..config import ModelConfig, ServerConfig
     from ..pipelines.quality import compare, corpus
-    from .bench import _corpus
     from .common import guess_source_kind
+    from .io import read_texts
 
     base = ModelConfig(name=folder.resolve().name, kind=kind or "embedding", path=str(folder), replicas=1)
     if kind is None:
@@ -161,7 +161,7 @@ def compare_graphs(folder: Path, a: Path, b: Path, kind: str | None, texts: Path
     rel = [str(p.absolute().relative_to(folder.absolute())) if p.absolute().is_relative_to(folder.absolute())
            else str(p.absolute()) for p in (a, b)]     # symlinks not followed: the folder's own names
     return compare(dataclasses.replace(base, file=rel[0]), dataclasses.replace(base, file=rel[1]), ServerConfig(),
-                   _corpus(texts) if texts is not None else corpus(), speed_seconds=speed_seconds)
+                   read_texts(texts, "--texts") if texts is not None else corpus(), speed_seconds=speed_seconds)
 
 
 def finish(report: Any, gates: GateFlags, result: dict[str, Any], json_out: bool) -> None:
