@@ -186,7 +186,8 @@ class TestErrors:
             assert_error(c.post("/embed", json={"inputs": ["a"] * 3}), 413, "invalid_request_error", "inputs")
 
     def test_route_and_method(self, client):
-        assert_error(client.get("/v2/nothing"), 404, "not_found_error")
+        assert_error(client.get("/nothing"), 404, "not_found_error")
+        assert client.get("/v2/nothing").json() == {"error": "no such KServe v2 route: /v2/nothing"}  # KServe's
         r = client.get("/v1/embeddings")
         assert_error(r, 405, "invalid_request_error")
         assert "POST" in r.headers["allow"]

@@ -218,6 +218,31 @@ def test_output_subset_id_and_metadata(server, http):
     assert not http.is_model_ready("nope")
 
 
+def test_triton_model_config_and_kserve_errors_on_every_v2_path(server, http):
+    """tritonclient's get_model_config reads Triton's configuration; any KServe path rsinfer does not serve - a
+    Triton extension included - answers with KServe's body, which tritonclient turns into a readable exception;
+    Cohere's /v2/rerank keeps its own body."""
+    from tritonclient.utils import InferenceServerException
+
+    cfg = http.get_model_config("add_sub")
+    assert cfg["name"] == "add_sub" and cfg["platform"] == "onnxruntime_onnx" and cfg["max_batch_size"] == 4
+    assert cfg["input"][0] == {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [16]}     # no batch dimension
+    assert [o["name"] for o in cfg["output"]] == ["OUTPUT0", "OUTPUT1"]
+    plain = http.get_model_config("int64_identity")
+    assert plain["max_batch_size"] == 0 and "dynamic_batching" not in plain
+    assert plain["input"][0]["data_type"] == "TYPE_INT64" and len(plain["input"][0]["dims"]) >= 1
+    assert "dynamic_batching" in http.get_model_config("solo")
+    with pytest.raises(InferenceServerException, match="shared-memory extension"):
+        http.get_system_shared_memory_status()
+    with pytest.raises(InferenceServerException, match="model 'nope' not found"):
+        http.get_model_config("nope")
+    unknown = httpx.get(server.url + "/v2/models/add_one/nonsense")
+    assert unknown.status_code == 404 and unknown.json() == {
+        "error": "no such KServe v2 route: /v2/models/add_one/nonsense"}
+    cohere = httpx.get(server.url + "/v2/rerank")
+    assert "message" in cohere.json()["error"]           # not a KServe path: the OpenAI-style body
+
+
 def fp32(name: str, shape: list[int], data: list | None = None, datatype: str = "FP32") -> dict:
     n = int(np.prod(shape)) if shape else 1
     return {"name": name, "datatype": datatype, "shape": shape, "data": data if data is not None else [1.0] * n}

@@ -37,6 +37,23 @@ OPEN_ROUTES = frozenset({"/health", "/v2/health/live", "/v2/health/ready", "/ope
 STATIC = Path(__file__).parent / "static" / "swagger-ui"   # Swagger UI 5 (Apache-2.0), served by /docs, no CDN
 
 
+# Cohere's /v2/embed and /v2/rerank share the /v2 prefix; every other /v2 path is KServe's (Triton's extensions
+# included), so even an unknown one answers with KServe's {"error": ...}, the only body tritonclient can read
+COHERE_V2 = ("/v2/embed", "/v2/rerank")
+
+
+def kserve_path(path: str) -> bool:
+    return (path == "/v2" or path.startswith("/v2/")) and not path.startswith(COHERE_V2)
+
+
+def kserve_not_found(path: str) -> str:
+    """Why an unknown KServe path is not served, for tritonclient's exception."""
+    if "sharedmemory" in path:
+        return ("rsinfer does not implement Triton's system or CUDA shared-memory extension: send the tensors in "
+                "the request (JSON, or the binary tensor data extension)")
+    return f"no such KServe v2 route: {path}"
+
+
 def route_label(request: web.Request) -> str:
     """The matched route template; `unmatched` for anything else (bounded label cardinality)."""
     resource = request.match_info.route.resource
@@ -104,7 +121,12 @@ def front(config: Config, metrics: Metrics, limiter: RateLimiter | None = None, 
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - this is the mapping point
-                response = response_for(exc, kserve=route in kserve_routes)
+                kserve = route in kserve_routes
+                if route == "unmatched" and kserve_path(request.path):
+                    kserve = True
+                    if isinstance(exc, web.HTTPNotFound):
+                        exc = web.HTTPNotFound(reason=kserve_not_found(request.path))
+                response = response_for(exc, kserve=kserve)
                 if response.status >= 500:
                     log.error("%s %s failed: %s", request.method, route, exc,
                               exc_info=not isinstance(exc, (web.HTTPException,)) and status_for(exc)[0] == 500)

@@ -75,6 +75,24 @@ class KServeServerMetadata(Response):
     extensions: list[str]
 
 
+class TritonTensorConfig(Response):
+    name: str
+    data_type: str
+    dims: list[int]
+
+
+class TritonModelConfig(Response, omit_defaults=True, kw_only=True):
+    """Triton's model configuration (its model_config.proto, as `tritonclient`'s get_model_config reads it)."""
+
+    name: str
+    platform: str = ""
+    backend: str = ""
+    max_batch_size: int
+    input: list[TritonTensorConfig]
+    output: list[TritonTensorConfig]
+    dynamic_batching: dict[str, Any] | None = None
+
+
 class InferstackRequest(Request):
     input: Annotated[list[Any] | None, Meta(description="Rows for the model's one input (legacy)")] = None
     inputs: Annotated[dict[str, list[Any]] | None, Meta(description="Tensors by input name")] = None
@@ -118,6 +136,9 @@ OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), 
        "tensor", response=KServeModelMetadata, errors="kserve"),
     Op(("/v2/models/{model}/ready", "/v2/models/{model}/versions/{version}/ready"), "GET",
        "KServe v2 model readiness (200 = ready)", "tensor", response="empty", errors="kserve"),
+    Op(("/v2/models/{model}/config", "/v2/models/{model}/versions/{version}/config"), "GET",
+       "Triton's model configuration extension (tensor models)", "tensor", response=TritonModelConfig,
+       errors="kserve"),
     Op(("/v2/models/{model}/infer", "/v2/models/{model}/versions/{version}/infer"), "POST",
        "KServe v2 inference (JSON tensors, or the binary tensor data extension)", "tensor", KServeInferRequest,
        KServeInferResponse, errors="kserve"),
@@ -218,6 +239,36 @@ async def model_ready(request: web.Request) -> web.Response:
         raise ModelNotFound(f"model '{name}' not found", model=name)
     state.registry.version_of(name, request.match_info.get("version"))  # VersionNotFound → 404
     return web.Response(status=200)
+
+
+def triton_type(datatype: str) -> str:
+    """KServe's datatype → Triton's TYPE_* (FP32 → TYPE_FP32, BYTES → TYPE_STRING)."""
+    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
+
+
+def model_config(state: ServerState, m: LoadedModel) -> TritonModelConfig:
+    """A tensor model as Triton describes it: dims without the batch dimension when max_batch_size > 0."""
+    pipe = state.pipelines[m.key]
+    assert isinstance(pipe, TensorPipeline)
+    batch = pipe.max_batch_size
+
+    def tensors(ts: Sequence[TensorInfo]) -> list[TritonTensorConfig]:
+        return [TritonTensorConfig(name=t["name"], data_type=triton_type(t["datatype"]),
+                                   dims=t["shape"][1:] if batch > 0 else t["shape"]) for t in tensor_metadata(ts)]
+
+    onnx = m.backend == "onnx"
+    return TritonModelConfig(name=m.name, platform=platform(m) if onnx else "", backend="" if onnx else m.backend,
+                             max_batch_size=batch, input=tensors(m.graph.inputs), output=tensors(m.graph.outputs),
+                             dynamic_batching={} if batch > 0 and pipe.batching else None)
+
+
+@routes.get("/v2/models/{model}/config")
+@routes.get("/v2/models/{model}/versions/{version}/config")
+async def triton_model_config(request: web.Request) -> web.Response:
+    """Triton's model-configuration extension (`tritonclient.http.get_model_config`), for tensor models."""
+    state = request.app[STATE]
+    m = model_of(state, request.match_info["model"], request.match_info.get("version"))
+    return json_response(model_config(state, m))
 
 
 # ---------------------------------------------------------------- inferstack-rs
