@@ -218,7 +218,7 @@ def test_output_subset_id_and_metadata(server, http):
     assert not http.is_model_ready("nope")
 
 
-def test_triton_model_config_and_kserve_errors_on_every_v2_path(server, http):
+def test_triton_model_config_and_kserve_errors_on_every_v2_path(server, http, grpc_client):
     """tritonclient's get_model_config reads Triton's configuration; any KServe path rsinfer does not serve - a
     Triton extension included - answers with KServe's body, which tritonclient turns into a readable exception;
     Cohere's /v2/rerank keeps its own body."""
@@ -232,6 +232,12 @@ def test_triton_model_config_and_kserve_errors_on_every_v2_path(server, http):
     assert plain["max_batch_size"] == 0 and "dynamic_batching" not in plain
     assert plain["input"][0]["data_type"] == "TYPE_INT64" and len(plain["input"][0]["dims"]) >= 1
     assert "dynamic_batching" in http.get_model_config("solo")
+    g = grpc_client.get_model_config("add_sub", as_json=True)["config"]     # the same over gRPC
+    assert g["name"] == "add_sub" and g["platform"] == "onnxruntime_onnx" and g["max_batch_size"] == 4
+    assert g["input"][0] == {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": ["16"]}   # int64 in proto JSON
+    assert "dynamic_batching" in grpc_client.get_model_config("solo", as_json=True)["config"]
+    with pytest.raises(InferenceServerException, match="model 'nope' not found"):
+        grpc_client.get_model_config("nope")
     with pytest.raises(InferenceServerException, match="shared-memory extension"):
         http.get_system_shared_memory_status()
     with pytest.raises(InferenceServerException, match="model 'nope' not found"):

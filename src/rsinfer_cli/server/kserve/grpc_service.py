@@ -155,6 +155,21 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
                 outputs=[tm(**t) for t in tensor_metadata(m.graph.outputs)])
         return await self._call("ModelMetadata", context, meta)
 
+    async def ModelConfig(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """Triton's model configuration, the same as GET /v2/models/{name}/config answers."""
+        from ..routes.tensor import model_config
+
+        async def config() -> Any:
+            c = model_config(self.state, self._model(request.name, request.version))
+            return pb.ModelConfigResponse(config=pb.ModelConfig(
+                name=c.name, platform=c.platform, backend=c.backend, max_batch_size=c.max_batch_size,
+                input=[pb.ModelInput(name=t.name, data_type=t.data_type, dims=t.dims)
+                       for t in c.input],
+                output=[pb.ModelOutput(name=t.name, data_type=t.data_type, dims=t.dims)
+                        for t in c.output],
+                dynamic_batching=pb.ModelDynamicBatching() if c.dynamic_batching is not None else None))
+        return await self._call("ModelConfig", context, config)
+
     # ------------------------------------------------------------ inference
 
     async def _infer(self, request: Any) -> Any:
