@@ -44,9 +44,9 @@ def scratch(shared_models: Path, name: str, root: Path) -> Path:
     return dst
 
 
-def rsinfer(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+def rsinfer(*args: str, timeout: int = 300, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "rsinfer_cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +59,13 @@ def models(shared_models, tmp_path_factory) -> Path:
 
 @pytest.mark.shared
 @pytest.mark.parametrize(("name", "dtype"), list(BARS), ids=lambda v: str(v))
-def test_written_beside_the_original_and_passing_the_gate(models, name, dtype):
+def test_written_beside_the_original_and_passing_the_gate(models, name, dtype, tmp_path):
     folder = models / name
     before = {p.name for p in folder.rglob("*.onnx")}
-    proc = rsinfer("quantize", str(folder), "--dtype", dtype, "--json", "--speed-seconds", "0.2", *BARS[(name, dtype)])
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = rsinfer("quantize", str(folder), "--dtype", dtype, "--json", "--speed-seconds", "0.2", *BARS[(name, dtype)],
+                   cwd=cwd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)                       # stdout is the JSON alone (the converters print elsewhere)
     assert Path(out["output"]).name == NAMES[dtype] and Path(out["output"]).parent == Path(out["source"]).parent
@@ -71,6 +74,7 @@ def test_written_beside_the_original_and_passing_the_gate(models, name, dtype):
     assert out["bytes"] < out["source_bytes"] or name == "rampart-pii"             # already 4-bit: about the same
     assert out["check"]["b / a b1"] > 0 and out["check"]["b / a b32"] > 0
     assert not list(folder.rglob(".rsinfer-quantize-*"))                      # no scratch left behind
+    assert not list(cwd.iterdir())         # nor the converters' temporary graph and weights in the working directory
 
 
 @pytest.mark.shared

@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,7 +94,8 @@ def quantize(source: Path, dtype: str, *, per_channel: bool = False, optimize: b
     scratch folder beside the output, moved into place at the end: an interrupted run leaves no half graph under a
     name the resolver would pick."""
     require_onnx()
-    target = output_path(source, dtype, optimize, out)
+    source = source.absolute()
+    target = output_path(source, dtype, optimize, out).absolute()
     if per_channel and dtype != "int8":
         raise ConfigError("--per-channel applies to --dtype int8")
     source_bytes = graph_bytes(source)
@@ -101,7 +103,10 @@ def quantize(source: Path, dtype: str, *, per_channel: bool = False, optimize: b
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".rsinfer-quantize-", dir=target.parent))
     try:
-        with contextlib.redirect_stdout(sys.stderr):    # the converters print; stdout is the command's
+        # the converters print (stdout is the command's), and onnxruntime's symbolic shape inference, when it gives
+        # up, leaves its temporary graph and a <uuid>.data copy of the weights in the working directory: they run
+        # in the scratch folder, deleted below
+        with contextlib.redirect_stdout(sys.stderr), _working_dir(scratch):
             current = _convert(source, scratch, dtype, per_channel, optimize, external)
         _loads(current)
         _move(current, target)
@@ -113,6 +118,17 @@ def quantize(source: Path, dtype: str, *, per_channel: bool = False, optimize: b
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return Quantized(source, target, dtype, per_channel, optimize, graph_bytes(target), source_bytes)
+
+
+@contextlib.contextmanager
+def _working_dir(folder: Path) -> Iterator[None]:
+    """The process's working directory is `folder` for the block (contextlib.chdir, which Python 3.10 lacks)."""
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 def _convert(source: Path, scratch: Path, dtype: str, per_channel: bool, optimize: bool, external: bool) -> Path:
