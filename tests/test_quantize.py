@@ -179,6 +179,9 @@ def test_what_is_refused(tmp_path, monkeypatch):
         q.output_path(src, "fp32", False)
     with pytest.raises(ConfigError, match="--out must end in .onnx"):
         q.output_path(src, "int8", False, tmp_path / "x.bin")
+    typo = rsinfer("quantize", str(tmp_path), "--dtype", "int8", "--kind", "embeddings")
+    assert typo.returncode == 2 and "--kind must be one of" in typo.stderr
+    assert not (tmp_path / "model_quantized.onnx").exists()            # refused before any conversion
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sympy" else real(name, *a))
     with pytest.raises(ConfigError, match=r"needs the sympy package: pip install 'rsinfer\[quantize\]'"):

@@ -84,9 +84,13 @@ def quantize_cmd(
     gates: GateFlags = GATES,
     json_out: bool = JSON_OPT,
 ) -> None:
+    from .. import families
     from ..engine.quantize import quantize, require_onnx
+    from ..errors import ConfigError
 
     require_onnx()
+    if kind is not None and kind not in families.kinds():      # before any work: a typo must not cost a conversion
+        raise ConfigError(f"--kind must be one of {', '.join(families.kinds())}, got '{kind}'")
     folder, source = _source(model, into)
     per_channel = (dtype == "int8") if per_channel is None else per_channel
     done = quantize(source, dtype, per_channel=per_channel, optimize=optimize, out=out)
@@ -143,21 +147,17 @@ def original_graph(folder: Path) -> Path:
 def compare_graphs(folder: Path, a: Path, b: Path, kind: str | None, texts: Path | None,
                    speed_seconds: float = 1.0) -> Any:
     """The model's pipeline over graph a and graph b (files of `folder`) on the same texts."""
-    from .. import families
+    import dataclasses
+
     from ..config import ModelConfig, ServerConfig
     from ..pipelines.quality import compare, corpus
     from .common import guess_source_kind
     from .io import read_texts
 
-    base = ModelConfig(name=folder.resolve().name, kind=kind or "embedding", path=str(folder), replicas=1)
+    name = folder.resolve().name
     if kind is None:
-        base = ModelConfig(name=base.name, kind=guess_source_kind(base)[0], path=str(folder), replicas=1)
-    elif kind not in families.kinds():
-        from ..errors import ConfigError
-
-        raise ConfigError(f"--kind must be one of {', '.join(families.kinds())}, got '{kind}'")
-    import dataclasses
-
+        kind = guess_source_kind(ModelConfig(name=name, kind="tensor", path=str(folder), replicas=1))[0]
+    base = ModelConfig(name=name, kind=kind, path=str(folder), replicas=1)
     rel = [str(p.absolute().relative_to(folder.absolute())) if p.absolute().is_relative_to(folder.absolute())
            else str(p.absolute()) for p in (a, b)]     # symlinks not followed: the folder's own names
     return compare(dataclasses.replace(base, file=rel[0]), dataclasses.replace(base, file=rel[1]), ServerConfig(),

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from .base import Array, RowPipeline
+from .stmodules import l2_normalize
 
 # gate flag → (metric, whether the metric must be at least the bar (True) or at most it (False))
 GATES: dict[str, tuple[str, bool]] = {
@@ -93,16 +94,14 @@ def queries_and_documents(texts: Sequence[str], n_queries: int = 24, per_query: 
 
 
 def cosines(a: Array, b: Array) -> Array:
-    na = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-    nb = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-    out: Array = (na * nb).sum(axis=1)
+    out: Array = (l2_normalize(a) * l2_normalize(b)).sum(axis=1)
     return out
 
 
 def neighbour_recall(a: Array, b: Array, k: int = 10) -> float:
     """Mean overlap of each text's k nearest neighbours (cosine, itself left out) under a and under b."""
     def top(v: Array) -> Array:
-        n = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+        n = l2_normalize(v)
         sim = n @ n.T
         np.fill_diagonal(sim, -np.inf)
         out: Array = np.argsort(-sim, axis=1, kind="stable")[:, :k]

@@ -184,7 +184,7 @@ class SparsePipeline(TextPipeline):
         out = self.model.run(session, feeds, [self.output])[self.output]
         result = []
         for j, row in enumerate(ids):
-            vec = np.array(out[j], dtype=np.float32) if self.pooled_in_graph else self._pool(out[j, : len(row)])
+            vec = np.asarray(out[j], dtype=np.float32) if self.pooled_in_graph else self._pool(out[j, : len(row)])
             nz = np.flatnonzero(vec)
             result.append({"indices": nz.astype(np.int32), "values": vec[nz]})
         return result

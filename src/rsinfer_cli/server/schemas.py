@@ -36,6 +36,15 @@ class Request(Struct, kw_only=True):
     """A request body; unknown fields are ignored."""
 
 
+class TextOptions(Request):
+    """How texts are read, as TEI's routes and Hugging Face's task parameters name it: truncation and the prompt
+    (the fields of each family's request that carries them)."""
+
+    truncate: bool | None = None
+    truncation_direction: Direction | None = None
+    prompt_name: PromptName = None
+
+
 class Response(Struct, kw_only=True):
     """A response body: the routes build these and `json_response` encodes them (numpy arrays inside are written by
     orjson: jsonio.encode), so what a route answers is what /openapi.json documents."""

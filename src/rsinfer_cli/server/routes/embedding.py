@@ -26,6 +26,7 @@ from ..schemas import (
     Request,
     Response,
     SentencePair,
+    TextOptions,
     Usage,
 )
 from .common import (
@@ -125,10 +126,8 @@ class DecodeRequest(Request):
     skip_special_tokens: bool | None = None
 
 
-class SimilarityParameters(Request):
-    truncate: bool | None = None
-    truncation_direction: Direction | None = None
-    prompt_name: PromptName = None
+class SimilarityParameters(TextOptions):
+    """TEI /similarity's parameters."""
 
 
 class SimilarityRequest(Request):

@@ -13,7 +13,18 @@ from msgspec import Meta
 
 from ...pipelines.late_interaction import LateInteractionPipeline, TokenVectors
 from ..errors import RequestValidationError
-from ..schemas import Direction, Model, Op, PromptName, PromptText, Request, Response, SentencePair, Texts, Usage
+from ..schemas import (
+    Model,
+    Op,
+    PromptName,
+    PromptText,
+    Request,
+    Response,
+    SentencePair,
+    TextOptions,
+    Texts,
+    Usage,
+)
 from .common import (
     Call,
     begin,
@@ -34,13 +45,10 @@ IsQuery = Annotated[bool | None, Meta(description="Encode as queries ([Q] prefix
                                                   "default false")]
 
 
-class TeiEmbedAllRequest(Request):
+class TeiEmbedAllRequest(TextOptions, kw_only=True):
     """TEI's /embed_all, with rsinfer's `is_query`."""
 
     inputs: Texts
-    truncate: bool | None = None
-    truncation_direction: Direction | None = None
-    prompt_name: PromptName = None
     is_query: IsQuery = None
 
 
@@ -108,10 +116,7 @@ async def token_embeddings(request: web.Request) -> web.Response:
                                                  usage=usage(res.tokens)), truncation_headers(res.truncated))
 
 
-class HfParameters(Request):
-    truncate: bool | None = None
-    truncation_direction: Direction | None = None
-    prompt_name: str | None = None
+class HfParameters(TextOptions):
     is_query: bool | None = None
 
 

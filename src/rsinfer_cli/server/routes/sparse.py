@@ -23,6 +23,7 @@ from ..schemas import (
     Request,
     Response,
     SentencePair,
+    TextOptions,
     Texts,
     Usage,
 )
@@ -43,13 +44,10 @@ TopK = Annotated[PositiveInt | None, Meta(description="Keep the K largest weight
                                                       "max_active_dims)")]
 
 
-class TeiSparseRequest(Request):
+class TeiSparseRequest(TextOptions, kw_only=True):
     """TEI's /embed_sparse."""
 
     inputs: Texts
-    truncate: bool | None = None
-    truncation_direction: Direction | None = None
-    prompt_name: PromptName = None
 
 
 class SparseValue(Response):
@@ -132,10 +130,7 @@ async def sparse_embeddings(request: web.Request) -> web.Response:
                          truncation_headers(res.truncated))
 
 
-class HfSparseParameters(Request):
-    truncate: bool | None = None
-    truncation_direction: Direction | None = None
-    prompt_name: str | None = None
+class HfSparseParameters(TextOptions):
     top_k: PositiveInt | None = None
 
 
