@@ -213,7 +213,8 @@ def test_output_subset_id_and_metadata(server, http):
     meta = http.get_model_metadata("add_sub")
     assert meta["platform"] == "onnxruntime_onnx" and meta["inputs"][0] == {"name": "INPUT0", "datatype": "FP32",
                                                                            "shape": [-1, 16]}
-    assert http.get_server_metadata()["extensions"] == ["binary_tensor_data"]
+    assert http.get_server_metadata()["extensions"] == ["binary_tensor_data", "model_configuration", "statistics",
+                                                        "model_repository"]
     assert http.is_server_live() and http.is_server_ready() and http.is_model_ready("add_one")
     assert not http.is_model_ready("nope")
 

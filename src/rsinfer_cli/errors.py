@@ -99,3 +99,9 @@ class EngineUnavailable(RsinferError):
     """The engine process that runs this model's forwards exited (multi-process serving)."""
 
     type = "server_error"
+
+
+class NotAllowed(RsinferError):
+    """An operation this server's configuration turns off (the repository API without `server.model_control`)."""
+
+    type = "permission_error"

@@ -10,15 +10,16 @@ stopped, threads joined, the cache closed)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from .config import Config, ServerConfig
+from .config import Config, ModelConfig, ServerConfig
 from .engine.cache import Cache, CacheStats
 from .engine.model import LoadedModel
 from .engine.registry import Registry
-from .engine.scheduler import ModelQueue, Observer, RowForward, Scheduler
+from .engine.scheduler import ModelQueue, Observer, RequestRecord, RowForward, Scheduler
 from .engine.threads import CpuBudget
 from .pipelines import build_pipeline
 from .pipelines.base import RowPipeline, Timing
@@ -35,6 +36,8 @@ class RuntimeMetrics(CacheStats, Protocol):
 
     def cache_lookup(self, model: str, hits: int, misses: int) -> None: ...
 
+    def outcome(self, model: str, version: str, ok: bool, seconds: float, record: RequestRecord | None) -> None: ...
+
     def observer(self, model: str, version: str = "") -> Observer: ...
 
     def with_cache(self, read_bytes: Callable[[], float] | None) -> None: ...
@@ -49,18 +52,22 @@ class Unobserved:
     def cache_lookup(self, model: str, hits: int, misses: int) -> None:
         pass
 
+    def outcome(self, model: str, version: str, ok: bool, seconds: float, record: RequestRecord | None) -> None:
+        pass
+
     def error(self, backend: str) -> None:
         pass
 
 
 class Runtime:
     """`queues`: the models' queues when their forwards run elsewhere (a front-end process: `RemoteQueue`s to its
-    engine); by default each model gets a `Scheduler` over its replicas here. `forward`: wraps each pipeline's
-    forward (the engine process). `inline_prep`: a front-end process tokenizes small requests on its event loop."""
+    engine; `queue_for` makes the queue of a model loaded later); by default each model gets a `Scheduler` over its
+    replicas here. `forward`: wraps each pipeline's forward (the engine process). `inline_prep`: a front-end
+    process tokenizes small requests on its event loop."""
 
     def __init__(self, config: Config, registry: Registry, metrics: RuntimeMetrics | None = None, *,
                  queues: dict[str, ModelQueue] | None = None, forward: ForwardWrap | None = None,
-                 inline_prep: bool = False) -> None:
+                 queue_for: Callable[[LoadedModel], ModelQueue] | None = None, inline_prep: bool = False) -> None:
         self.config = config
         self.registry = registry
         self.metrics = metrics
@@ -72,18 +79,69 @@ class Runtime:
         self.infer_executor = ThreadPoolExecutor(max_workers=plan.infer_threads if queues is None else 1,
                                                  thread_name_prefix="infer")
         self.prep_executor = ThreadPoolExecutor(max_workers=plan.prep_threads, thread_name_prefix="prep")
-        budget = CpuBudget(plan.cpus.count)    # the planned CPU models' forwards share the CPUs (engine/threads.py)
+        self.budget = CpuBudget(plan.cpus.count)  # the planned CPU models' forwards share the CPUs (threads.py)
+        self.forward = forward
+        self.queue_for = queue_for
         self.queues: dict[str, ModelQueue] = queues if queues is not None else {
-            key: Scheduler.for_model(key, m, self.pipelines[key], self.infer_executor,
-                                     queue_rows=m.config.batching.queue_rows, max_queue=config.max_queue_of(m.config),
-                                     queue_timeout_ms=config.server.queue_timeout_ms,
-                                     observer=metrics.observer(m.name, m.version or "") if metrics else None,
-                                     forward=forward(self.pipelines[key], m) if forward else None, budget=budget)
-            for key, m in registry.models.items()
-        }
+            key: self._queue(m, self.pipelines[key]) for key, m in registry.models.items()}
         self.cache: Cache | None = None
         self.draining: list[asyncio.Future[Any]] = []   # the front doors' drains, awaited by drain()
         self._core: Inference | None = None
+
+    def _queue(self, m: LoadedModel, pipe: RowPipeline) -> ModelQueue:
+        if self.queue_for is not None:
+            return self.queue_for(m)
+        metrics = self.metrics
+        return Scheduler.for_model(m.key, m, pipe, self.infer_executor, queue_rows=m.config.batching.queue_rows,
+                                   max_queue=self.config.max_queue_of(m.config),
+                                   queue_timeout_ms=self.config.server.queue_timeout_ms,
+                                   observer=metrics.observer(m.name, m.version or "") if metrics else None,
+                                   forward=self.forward(pipe, m) if self.forward else None, budget=self.budget)
+
+    # ------------------------------------------------------------ changing the served set (engine/control.py)
+
+    def prepare(self, versions: list[LoadedModel]) -> dict[str, RowPipeline]:
+        """The pipelines of newly loaded versions, built and checked (a load thread: a tokenizer is read here), the
+        graph digest of a cached one hashed; nothing is served yet."""
+        pipes = {m.key: build_pipeline(m) for m in versions}
+        if self.config.server.cache is not None:
+            for m in versions:
+                if m.config.cache:
+                    pipes[m.key].identity()
+        return pipes
+
+    def install(self, name: str, versions: list[LoadedModel] | None, pipes: dict[str, RowPipeline],
+                config: ModelConfig | None = None) -> list[LoadedModel]:
+        """`versions` (with their `prepare`d pipelines) serve as model `name` from the next request on; None: the
+        name is served no more. On the event loop, in one step. Returns the versions replaced: they answer what
+        they already hold (`retire` frees them)."""
+        old = self.registry.entries.get(name, [])
+        queues = {m.key: self._queue(m, pipes[m.key]) for m in versions or ()}
+        core = self.core
+        for m in old:
+            core.retiring[id(m)] = (self.pipelines.pop(m.key), self.queues.pop(m.key))
+        self.pipelines.update(pipes)
+        self.queues.update(queues)
+        self.registry.swap(name, versions, config)
+        pool = self.infer_executor
+        if self.queue_for is None and pool._max_workers < self.registry.plan.infer_threads:  # noqa: SLF001
+            # a thread per lane: the pool grows with the plan (ThreadPoolExecutor starts threads as work arrives,
+            # up to this number, read at each submit)
+            pool._max_workers = self.registry.plan.infer_threads  # noqa: SLF001
+        return old
+
+    async def retire(self, versions: list[LoadedModel], timeout_s: float) -> None:
+        """Once the requests the replaced `versions` hold are answered (at most `timeout_s`: the request
+        deadline), their queues stop and the last references to their sessions go."""
+        core = self.core
+        deadline = time.monotonic() + timeout_s
+        while any(core.busy.get(id(m)) for m in versions) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for m in versions:
+            held = core.retiring.pop(id(m), None)
+            if held is not None:
+                held[1].stop()
+        versions.clear()
 
     @classmethod
     def one_shot(cls, model: LoadedModel, server: ServerConfig) -> Runtime:
@@ -135,6 +193,9 @@ class Runtime:
         """The queues stopped (what still waits fails), the threads joined, the cache closed."""
         for q in self.queues.values():
             q.stop()
+        if self._core is not None:
+            for _, q in self._core.retiring.values():   # versions a reload replaced, still draining
+                q.stop()
         self.infer_executor.shutdown(wait=True)
         self.prep_executor.shutdown(wait=True)
         if self.cache is not None:

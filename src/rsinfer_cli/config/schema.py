@@ -8,7 +8,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import ConfigError
 
@@ -114,6 +114,9 @@ class ServerConfig:
     tracing: TracingConfig | None = None             # OpenTelemetry over OTLP/HTTP; null: off (and free)
     # an api_keys entry may be {key, rate_limit}: its own limit, by the key's position (set by parse_config)
     key_limits: tuple[tuple[int, RateLimitConfig], ...] = field(default=(), metadata={"internal": True})
+    # the KServe v2 repository extension (POST /v2/repository/index, .../models/{name}/load and /unload, the same
+    # over gRPC): load (again) or unload one model of this file at run time; off: those routes answer 403
+    model_control: bool = False
     access_log: bool = True               # one line per request at info (method, route, status, timings; no body)
     # auto: uvloop where it is installed (a default dependency on Linux and macOS), else asyncio's own loop
     event_loop: str = _opt("auto", choices=("auto", "uvloop", "asyncio"))
@@ -125,6 +128,28 @@ class ServerConfig:
     @property
     def port(self) -> int:
         return split_bind(self.bind)[1]
+
+
+@dataclass(frozen=True)
+class WarmupInput:
+    """One input of a tensor model's warm-up request (Triton's model_warmup: zero_data / random_data)."""
+
+    # its whole shape, as a request sends it (the batch dimension included)
+    dims: tuple[int, ...] = field(metadata={"ge": 0})
+    # zero: zeros (empty strings, false); random: uniform values of the input's type
+    data: str = _opt("zero", choices=("zero", "random"))
+
+
+@dataclass(frozen=True)
+class WarmupConfig:
+    """Forwards run on every replica after the load and before the model is ready, so that the first request pays
+    no first-call cost (`warmup: 2` is `warmup: {requests: 2}`)."""
+
+    SHORTHAND: ClassVar[str] = "requests"
+    # how many times each warm-up shape runs on each replica
+    requests: int = _opt(1, ge=1)
+    # tensor models: the inputs of the warm-up request, by name (default: zeros of the signature's shapes)
+    inputs: dict[str, WarmupInput] | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +221,8 @@ class ModelConfig:
     backend: str = _opt("auto", choices=("auto", "onnx", "python", "exec", "cpp"))
     # cross-request batching of this model's rows (below)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
+    # forwards on every replica before the model is ready: a count, or {requests, inputs} (below); null: none
+    warmup: WarmupConfig | None = None
     # versions: each loads as its own model; requests naming none are routed by weight (or default_version)
     versions: tuple[VersionConfig, ...] = ()
     # the version a request naming none gets, when the versions carry no weights (else the last)

@@ -43,6 +43,9 @@ def convert(tp: Any, value: Any, path: str, meta: dict[str, Any], errs: Errors) 
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return None if value is None else convert(args[0], value, path, meta, errs)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        short = getattr(tp, "SHORTHAND", None)     # `warmup: 2` for `warmup: {requests: 2}`
+        if short is not None and not isinstance(value, dict):
+            value = {short: value}
         return build(tp, value, path, errs)
     if origin is dict:          # a mapping of names to values (e.g. an embedding model's `prompts`)
         return _mapping(tp, value, path, meta, errs)

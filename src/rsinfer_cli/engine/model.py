@@ -184,6 +184,7 @@ class LoadedModel:
             "replicas": self.replicas, "threads": self.threads.to_json(), "max_len": self.max_len,
             "max_len_source": self.max_len_source,
             "default": self.config.default, "version": self.version, "backend": self.backend,
+            "warmup": self.stats.get("warmup"),
             **({"program": self.program} if self.program else {}),
         }
 
@@ -210,7 +211,7 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     server = server or ServerConfig()
     backend = script_backend(cfg)
     if backend is not None:
-        return load_script(cfg, server, backend, threads)
+        return warmed(load_script(cfg, server, backend, threads))
     t0 = time.perf_counter()
     resolved = resolve(ModelSource.of(cfg, families.get(cfg.kind).needs_tokenizer), cache_dir, progress)
     t_resolve = time.perf_counter() - t0
@@ -243,6 +244,18 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     log.info("model %s loaded: %s (%s), %.1f MiB, %s built in %.2fs, RSS +%.1f MiB, EPs %s",
              cfg.name, resolved.graph_file, resolved.source, size / 2**20, threads.describe(), t_build,
              rss_delta / 2**20, ",".join(model.providers))
+    return warmed(model)
+
+
+def warmed(model: LoadedModel) -> LoadedModel:
+    """The model after its entry's `warmup:` ran (engine/warmup.py), what ran in its stats and card."""
+    cfg = model.config.warmup
+    if cfg is not None:
+        from .warmup import warm
+
+        model.stats["warmup"] = ran = warm(model, cfg)
+        log.info("model %s: warm-up: %d forwards (%s) in %.2fs", model.name, ran["forwards"],
+                 ", ".join(ran["shapes"]), ran["seconds"])
     return model
 
 

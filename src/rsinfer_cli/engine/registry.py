@@ -46,14 +46,19 @@ class VersionRouter:
 class Registry:
     def __init__(self, models: dict[str, LoadedModel], configs: dict[str, ModelConfig] | None = None,
                  plan: ThreadPlan | None = None) -> None:
-        self.models = dict(sorted(models.items()))                   # by key (name, or name:version)
         # how the CPU models share the CPUs (engine/threads.py); for models loaded elsewhere, what they were given
-        self.plan = plan or ThreadPlan(cpus=usable_cpus(), models={k: m.threads for k, m in self.models.items()})
+        self.plan = plan or ThreadPlan(cpus=usable_cpus(), models={k: m.threads for k, m in models.items()})
+        self.unavailable: dict[str, str] = {}     # configured models not served now, and why (engine/control.py)
+        self._index(models, configs or {m.name: m.config for m in models.values()})
+
+    def _index(self, models: dict[str, LoadedModel], configs: dict[str, ModelConfig]) -> None:
+        """Every lookup table, from the loaded models and their entries' configs."""
+        self.models = dict(sorted(models.items()))                   # by key (name, or name:version)
         self.entries: dict[str, list[LoadedModel]] = {}              # by name: its versions, in config order
         for m in models.values():
             self.entries.setdefault(m.name, []).append(m)
-        configs = configs or {m.name: m.config for m in models.values()}
-        self.routers = {name: VersionRouter(cfg) for name, cfg in configs.items() if cfg.versions}
+        self.configs = {name: cfg for name, cfg in configs.items() if name in self.entries}
+        self.routers = {name: VersionRouter(cfg) for name, cfg in self.configs.items() if cfg.versions}
         self.defaults: dict[str, str] = {}
         by_kind: dict[str, list[str]] = {}
         for name, versions in self.entries.items():
@@ -67,6 +72,22 @@ class Registry:
         for kind, names in serving.items():
             if kind not in by_kind:         # a model of the kind itself is always its routes' default
                 self._default(kind, names)
+
+    def swap(self, name: str, versions: list[LoadedModel] | None, config: ModelConfig | None = None) -> None:
+        """Serve `versions` (an entry's loaded versions, `config` its entry) as model `name` from now on, or
+        nothing under that name (None); every other model's entry is kept as it is. In one step on the event
+        loop: a request sees the old set or the new one, never a mix."""
+        models = {k: m for k, m in self.models.items() if m.name != name}
+        for m in self.entries.get(name, ()):
+            self.plan.models.pop(m.key, None)
+        configs = {n: c for n, c in self.configs.items() if n != name}
+        for m in versions or ():
+            models[m.key] = m
+            self.plan.models[m.key] = m.threads
+        if versions:
+            configs[name] = config or versions[0].config
+            self.unavailable.pop(name, None)
+        self._index(models, configs)
 
     def _default(self, kind: str, names: list[str]) -> None:
         """The default of `kind`'s routes: the model flagged `default: true`, else the only one."""
@@ -113,6 +134,13 @@ class Registry:
             raise ModelLoadError(f"failed to load {len(failures)} model(s):\n{lines}") from failures[0][1]
         return cls(loaded, {m.name: m for m in config.models}, plan)
 
+    def not_found(self, name: str) -> ModelNotFound:
+        """The error for a name that is not served now: unknown, or configured and not available (and why)."""
+        why = self.unavailable.get(name)
+        if why is not None:
+            return ModelNotFound(f"model '{name}' is not available: {why}", param="model", model=name)
+        return ModelNotFound(f"model '{name}' not found", param="model", model=name)
+
     def versions(self, name: str) -> list[str]:
         return [m.version for m in self.entries.get(name, []) if m.version is not None]
 
@@ -128,7 +156,7 @@ class Registry:
             name = default
         versions = self.entries.get(name)
         if versions is None:
-            raise ModelNotFound(f"model '{name}' not found", param="model", model=name)
+            raise self.not_found(name)
         if not families.answers(versions[0].kind, kind):
             raise KindMismatch(f"model '{name}' is {_a(versions[0].kind)} model but was used for {_a(kind)} request",
                                param="model", model=name)

@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 from ..engine.cache import Cache
 from ..engine.model import LoadedModel
 from ..engine.scheduler import REQUEST_RECORD, ModelQueue, RequestRecord, Runner, as_is
+from ..errors import ModelNotFound
 from .base import Cached, RowPipeline, Timing, Work
 
 R = TypeVar("R")
@@ -35,6 +36,8 @@ class Observer(Protocol):
 
     def cache_lookup(self, model: str, hits: int, misses: int) -> None: ...
 
+    def outcome(self, model: str, version: str, ok: bool, seconds: float, record: RequestRecord | None) -> None: ...
+
 
 class Inference:
     """Every served model's way from a plan (`pipeline.plan_*`: tokenizing, → `Work`) to the answer."""
@@ -51,6 +54,10 @@ class Inference:
         # a front-end process (server.workers > 1): the forwards run elsewhere, so a small request is tokenized and
         # answered here (its record's body_bytes), a large one on the prep pool, never holding the loop for long
         self.inline_prep = inline_prep
+        # requests in flight by model (id of its LoadedModel): what a reload waits for before it frees a version
+        self.busy: dict[int, int] = {}
+        # versions a reload replaced or removed, by id, with their pipeline and queue: what they still hold finishes
+        self.retiring: dict[int, tuple[RowPipeline, ModelQueue]] = {}
 
     async def infer(self, model: LoadedModel, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args,
                     **kwargs: PlanArgs.kwargs) -> R:
@@ -60,11 +67,37 @@ class Inference:
         builds the answer (two hops). A tiny model's request with a lane free and nobody queued: all of it here, now,
         on the event loop (no hop, no job: `run_now`)."""
         key = model.key
-        pipe = self.pipelines[key]
-        queue = self.queues[key]
+        pipe = self.pipelines.get(key)
+        if pipe is not None and pipe.model is model:
+            queue = self.queues[key]
+        else:      # a version replaced or removed by a reload while this request was on its way: the old one answers
+            held = self.retiring.get(id(model))
+            if held is None:
+                raise ModelNotFound(f"model '{model.name}' was unloaded while this request waited; send it again",
+                                    model=model.name)
+            pipe, queue = held
         stats = REQUEST_RECORD.get()
         if stats is not None:
             stats.model = key
+        busy = self.busy
+        ident = id(model)
+        busy[ident] = busy.get(ident, 0) + 1
+        t0 = time.perf_counter()
+        ok = False
+        try:
+            result = await self._serve(model, pipe, queue, plan, stats, args, kwargs)
+            ok = True
+            return result
+        finally:
+            n = busy[ident] - 1
+            if n:
+                busy[ident] = n
+            else:
+                del busy[ident]
+            self.observer.outcome(model.name, model.version or "", ok, time.perf_counter() - t0, stats)
+
+    async def _serve(self, model: LoadedModel, pipe: RowPipeline, queue: ModelQueue, plan: Callable[..., Work[R]],
+                     stats: RequestRecord | None, args: Any, kwargs: Any) -> R:
         if self.cache is not None and model.config.cache:
             return await self._cached(model, pipe, queue, _stamped(plan, stats), args, kwargs)
         if queue.now():

@@ -17,6 +17,7 @@ from aiohttp.typedefs import Middleware
 from .. import families
 from ..config import Config
 from ..engine.cache import RedisCache
+from ..engine.control import ModelControl
 from ..engine.scheduler import REQUEST_RECORD, RequestRecord
 from ..errors import ConfigError
 from ..runtime import Runtime
@@ -273,6 +274,7 @@ def create_app(runtime: Runtime) -> web.Application:
     app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
                           middlewares=[front(config, metrics, limiter, tracing)])
     state = ServerState(runtime=runtime.start(), metrics=metrics, limiter=limiter, tracing=tracing)
+    state.control = ModelControl(runtime, check=check_served, changed=state.refresh, metrics=metrics)
     metrics.add_live(QueueCollector(state.queue_stats))
     app[STATE] = state
     app.add_routes(ops.routes)
@@ -286,6 +288,7 @@ def create_app(runtime: Runtime) -> web.Application:
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         yield
         await runtime.drain()      # the gRPC front's calls in flight finish first
+        await state.control.close()
         await runtime.close()
         if tracing is not None:
             tracing.close()        # the batched spans are sent

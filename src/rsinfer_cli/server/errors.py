@@ -13,6 +13,7 @@ from ..errors import (
     InputError,
     KindMismatch,
     ModelNotFound,
+    NotAllowed,
     PayloadTooLarge,
     PoolTimeout,
     RsinferError,
@@ -49,6 +50,7 @@ STATUS: dict[type[BaseException], tuple[int, str]] = {
     InputError: (400, "invalid_request_error"),
     ModelNotFound: (404, "model_not_found"),
     Unauthorized: (401, "authentication_error"),
+    NotAllowed: (403, "permission_error"),
     RequestTimeout: (408, "timeout_error"),
     Saturated: (429, "rate_limit_error"),
     RateLimited: (429, "rate_limit_error"),
@@ -58,8 +60,8 @@ STATUS: dict[type[BaseException], tuple[int, str]] = {
     RsinferError: (500, "server_error"),
 }
 
-HTTP_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-              405: "invalid_request_error", 408: "timeout_error", 413: "invalid_request_error",
+HTTP_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+              404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error", 413: "invalid_request_error",
               415: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error"}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -19,6 +20,8 @@ STAGE_BUCKETS = tuple(0.0005 * 2**i for i in range(16))         # 0.5 ms … 16 
 ROW_BUCKETS = tuple(2**i for i in range(11))                    # 1 … 1024 rows
 TOKEN_BUCKETS = tuple(2**i for i in range(4, 18))               # 16 … 131072 padded tokens
 FRONTEND_BUCKETS = (1, 2, 3, 4, 8, 16, 32, 64)
+LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+STATES = ("READY", "LOADING", "UNAVAILABLE")
 
 
 class QueueCollector:
@@ -186,6 +189,21 @@ class Metrics:
                                             TOKEN_BUCKETS)
         self.batch_frontends = self._histogram("rsinfer_batch_frontends", "Front-end processes whose rows share a "
                                                "forward (server.workers > 1)", mv, FRONTEND_BUCKETS)
+        self.outcomes = self._histogram("rsinfer_model_request_duration_seconds", "Requests by model, from the "
+                                        "inference core's view (result: success or fail)", [*mv, "result"],
+                                        HTTP_BUCKETS)
+        self.postprocess = self._histogram("rsinfer_postprocess_seconds", "Answer building time per request", mv,
+                                           STAGE_BUCKETS)
+        self._outcome: dict[tuple[str, str, bool], tuple[Any, Any]] = {}
+        self.last_request: dict[tuple[str, str], float] = {}     # (model, version) → when this process answered
+        # model control (engine/control.py): loads by result, their duration, and each model's state
+        self.model_loads = self._counter("rsinfer_model_loads", "Model loads (start-up, reload, repository API) by "
+                                         "result", ["model", "result"])
+        self.load_duration = self._histogram("rsinfer_model_load_duration_seconds", "Time to load a model (all its "
+                                             "versions, warm-up included)", ["model"], LOAD_BUCKETS)
+        self.model_state = Gauge("rsinfer_model_state", "1 for each configured model's current state (READY, "
+                                 "LOADING, UNAVAILABLE)", ["model", "state"], registry=r,
+                                 multiprocess_mode="livemax")
         self.tokens = self._counter("rsinfer_tokens", "Input tokens processed", mv)
         self.truncated = self._counter("rsinfer_truncated_inputs", "Inputs cut at max_len", mv)
 
@@ -277,6 +295,58 @@ class Metrics:
         children[1].inc(timing.tokens)
         if timing.truncated:
             children[2].inc(timing.truncated)
+
+    def outcome(self, model: str, version: str, ok: bool, seconds: float, record: Any) -> None:
+        """One request's end in the inference core: success or fail, how long it took, and its answer-building
+        time (Triton's statistics read these: server/routes/repository.py)."""
+        children = self._outcome.get((model, version, ok))
+        if children is None:
+            children = self._outcome[(model, version, ok)] = (
+                self.outcomes.labels(model, version, "success" if ok else "fail"),
+                self.postprocess.labels(model, version))
+        children[0].observe(seconds)
+        self.last_request[(model, version)] = time.time()
+        if ok and record is not None and record.postprocess_ms is not None:
+            children[1].observe(record.postprocess_ms / 1000)
+
+    def model_loaded(self, model: str, ok: bool, seconds: float) -> None:
+        self.model_loads.labels(model, "success" if ok else "fail").inc()
+        if ok:
+            self.load_duration.labels(model).observe(seconds)
+
+    def state(self, model: str, state: str | None) -> None:
+        """`model`'s state now (None: it left the config, and the metric)."""
+        for s in STATES:
+            if state is None:
+                try:
+                    self.model_state.remove(model, s)
+                except KeyError:
+                    pass
+            else:
+                self.model_state.labels(model, s).set(1 if s == state else 0)
+
+    def model_totals(self) -> dict[str, dict[tuple[str, str, str], float]]:
+        """Every per-model sample now but histogram buckets, by sample name (`rsinfer_inference_seconds_count`,
+        ...), then by (model, version, result); with worker processes, merged over every process (as /metrics
+        shows them)."""
+        out: dict[str, dict[tuple[str, str, str], float]] = {}
+        for family in self._collected():
+            for sample in family.samples:
+                labels = sample.labels
+                if "le" in labels or "model" not in labels:
+                    continue
+                key = (labels["model"], labels.get("version", ""), labels.get("result", ""))
+                out.setdefault(sample.name, {})[key] = sample.value
+        return out
+
+    def _collected(self) -> Iterable[Any]:
+        if self.multiprocess_dir is None:
+            return self.registry.collect()
+        from prometheus_client import multiprocess
+
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+        return merged.collect()
 
     def add_live(self, collector: Any) -> None:
         self.registry.register(collector)

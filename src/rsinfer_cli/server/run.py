@@ -14,12 +14,13 @@ from aiohttp import web
 from ..config import Config
 from ..engine.registry import Registry
 from ..engine.threads import limit_tokenizer_threads, usable_cpus
-from ..errors import ConfigError
+from ..errors import ConfigError, RsinferError
 from ..runtime import Runtime
 from .app import check_served, create_app
 from .dispatch import install
 from .metrics import Metrics
 from .routes.common import STATE
+from .state import ServerState
 from .systemd import Notifier
 
 log = logging.getLogger("rsinfer.server")
@@ -30,7 +31,8 @@ async def serve_app(app: web.Application, host: str, port: int, drain_s: float, 
                     reuse_port: bool = False, announce: bool = True,
                     started: Callable[[asyncio.Event], None] | None = None) -> None:
     """Bind HTTP (and gRPC), serve until SIGTERM/SIGINT (or until `started`'s hook sets the stop event), then
-    drain. `reuse_port`: front-end processes share the listening ports (SO_REUSEPORT)."""
+    drain; SIGHUP reloads the config file (`announce`: the one-process server; a front-end process ignores it, its
+    supervisor reloads). `reuse_port`: front-end processes share the listening ports (SO_REUSEPORT)."""
     # handler_cancellation: a client that leaves cancels its handler, and so its queued rows and forwards
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=drain_s,
                            handler_cancellation=True)
@@ -61,6 +63,15 @@ async def serve_app(app: web.Application, host: str, port: int, drain_s: float, 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    reloads: set[asyncio.Task[None]] = set()
+
+    def hangup() -> None:
+        if announce:
+            task = asyncio.ensure_future(reload_config(state, notifier))
+            reloads.add(task)
+            task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, hangup)   # a front-end process: nothing (never the default: exit)
     if started is not None:
         started(stop)
     # every model is loaded and checked, and every listening socket is bound: ready
@@ -84,6 +95,20 @@ async def serve_app(app: web.Application, host: str, port: int, drain_s: float, 
         state.runtime.draining.append(asyncio.ensure_future(grpc_server.stop(drain_s)))
     await runner.cleanup()
     log.warning("stopped")
+
+
+async def reload_config(state: ServerState, notifier: Notifier) -> None:
+    """SIGHUP: the config file read again and applied model by model (engine/control.py); an invalid file changes
+    nothing (the error is logged with its key path). systemd hears RELOADING=1, then READY=1."""
+    notifier.reloading()
+    try:
+        await state.control.reload()
+    except RsinferError:
+        pass                   # logged by the control, with the key path; the previous config serves on
+    except Exception:          # noqa: BLE001 - a reload never stops the server
+        log.exception("reload failed")
+    finally:
+        notifier.ready(f"serving {len(state.registry.entries)} model(s)")
 
 
 def served(registry: Registry) -> str:

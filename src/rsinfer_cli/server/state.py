@@ -29,6 +29,7 @@ class ServerState:
     stopping: bool = False     # a drain started: not ready any more (the listener closes next)
     limiter: Any = None        # server.rate_limit's counters (server/ratelimit.py), None without a limit
     tracing: Any = None        # server.tracing's exporter (server/tracing.py), None when off
+    control: Any = None        # the served set's changes (engine/control.ModelControl): SIGHUP, the repository API
     # the runtime's parts every request reads, as plain attributes (no property call on the hot path)
     config: Config = field(init=False)
     registry: Registry = field(init=False)
@@ -36,6 +37,10 @@ class ServerState:
     core: Inference = field(init=False)
 
     def __post_init__(self) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        """The runtime's parts read again (after a reload or a repository load changed the served set)."""
         self.config = self.runtime.config
         self.registry = self.runtime.registry
         self.pipelines = self.runtime.pipelines

@@ -3,7 +3,8 @@
 
 `serve` sends STATUS= lines while models load, READY=1 once every model is loaded and checked and the listening
 sockets are bound, WATCHDOG=1 every half $WATCHDOG_USEC while the event loop answers (only when $WATCHDOG_PID
-is unset or ours), and STOPPING=1 when SIGTERM starts the drain.
+is unset or ours), RELOADING=1 and then READY=1 around a reload (SIGHUP), and STOPPING=1 when SIGTERM starts the
+drain.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 
 log = logging.getLogger("rsinfer.server")
 
@@ -51,6 +53,11 @@ class Notifier:
 
     def ready(self, text: str) -> None:
         self.send("READY=1", f"STATUS={text}")
+
+    def reloading(self) -> None:
+        """A reload starts (Type=notify-reload wants the monotonic time with it); READY=1 says it ended."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        self.send("RELOADING=1", f"MONOTONIC_USEC={usec}", "STATUS=reloading the configuration")
 
     def stopping(self) -> None:
         self.send("STOPPING=1", "STATUS=draining requests in flight")

@@ -124,8 +124,8 @@ def _stop_when_readable(conn: Any, stop: asyncio.Event) -> None:
 def engine_main(config: Config, device: str, address: str, conn: Any, level: int) -> None:
     """An engine process: load this device's models, answer front ends until the supervisor says stop (a message
     or its end of the pipe closing, which also happens when the supervisor dies)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):   # the supervisor decides (SIGHUP: a reload)
+        signal.signal(sig, signal.SIG_IGN)
     _child(level, f"rsinfer-{device}", config.server.log_format)
     from ..engine.registry import Registry
     from ..server.metrics import Metrics

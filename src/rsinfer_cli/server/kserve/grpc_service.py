@@ -1,8 +1,9 @@
 """KServe v2 gRPC (`inference.GRPCInferenceService`, what `tritonclient.grpc` speaks) on `server.grpc_bind`, in
 the daemon's own event loop (grpc.aio): the same registry, schedulers, metrics and API keys as HTTP, drained on
-SIGTERM with it. Beside it, the standard `grpc.health.v1.Health` (grpcio-health-checking): SERVING while the
-server is ready (a worker process: while its engine and the other front ends are up), NOT_SERVING from the start
-of the drain, for Kubernetes' gRPC probes and grpc_health_probe. Health needs no API key, like /health."""
+SIGTERM with it; Triton's configuration, statistics and model-repository extensions too. Beside it, the standard
+`grpc.health.v1.Health` (grpcio-health-checking): SERVING while the server is ready (a worker process: while its
+engine and the other front ends are up), NOT_SERVING from the start of the drain, for Kubernetes' gRPC probes and
+grpc_health_probe. Health needs no API key, like /health."""
 
 from __future__ import annotations
 
@@ -14,15 +15,17 @@ from typing import Any
 
 import grpc
 import numpy as np
+from google.protobuf import json_format
 from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ...errors import EngineUnavailable, InputError, ModelNotFound, PoolTimeout, RsinferError, Saturated
+from ...errors import EngineUnavailable, InputError, ModelNotFound, NotAllowed, PoolTimeout, RsinferError, Saturated
 from ...pipelines.tensor import TensorPipeline, element_count, numpy_dtype, platform, tensor_metadata
 from ..logs import ACCESS, REQUEST_ID, request_id
 from ..logs import access as log_access
 from ..state import ServerState
 from . import codec
+from . import extensions as ext
 from . import kserve_pb2 as pb
 from . import kserve_pb2_grpc as pb_grpc
 
@@ -35,6 +38,7 @@ CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (Saturated, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (PoolTimeout, grpc.StatusCode.UNAVAILABLE),
     (EngineUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (NotAllowed, grpc.StatusCode.PERMISSION_DENIED),
 ]
 # typed `contents` field of each datatype (FP16 and BF16 travel only as raw bytes)
 CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
@@ -134,15 +138,14 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelReady(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def ready() -> Any:
-            if request.name not in self.state.registry.entries:
-                raise ModelNotFound(f"model '{request.name}' not found", model=request.name)
-            self.state.registry.version_of(request.name, request.version or None)
-            return pb.ModelReadyResponse(ready=True)
+            return pb.ModelReadyResponse(ready=ext.model_ready(self.state, request.name, request.version)[0])
         return await self._call("ModelReady", context, ready)
 
     async def ServerMetadata(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def meta() -> Any:
-            return pb.ServerMetadataResponse(name="rsinfer", version="", extensions=["binary_tensor_data"])
+            from ..routes.tensor import EXTENSIONS
+
+            return pb.ServerMetadataResponse(name="rsinfer", version="", extensions=EXTENSIONS)
         return await self._call("ServerMetadata", context, meta)
 
     async def ModelMetadata(self, request: Any, context: Any) -> Any:  # noqa: N802
@@ -169,6 +172,32 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
                         for t in c.output],
                 dynamic_batching=pb.ModelDynamicBatching() if c.dynamic_batching is not None else None))
         return await self._call("ModelConfig", context, config)
+
+    # ------------------------------------------------------------ statistics and the model repository
+
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def stats() -> Any:
+            doc = await ext.statistics(self.state, request.name or None, request.version or None)
+            return json_format.ParseDict(doc, pb.ModelStatisticsResponse())
+        return await self._call("ModelStatistics", context, stats)
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def index() -> Any:
+            models = ext.repository_index(self.state, request.ready)
+            return json_format.ParseDict({"models": models}, pb.RepositoryIndexResponse())
+        return await self._call("RepositoryIndex", context, index)
+
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def load() -> Any:
+            await ext.load(self.state, request.model_name, list(request.parameters))
+            return pb.RepositoryModelLoadResponse()
+        return await self._call("RepositoryModelLoad", context, load)
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def unload() -> Any:
+            await ext.unload(self.state, request.model_name)
+            return pb.RepositoryModelUnloadResponse()
+        return await self._call("RepositoryModelUnload", context, unload)
 
     # ------------------------------------------------------------ inference
 

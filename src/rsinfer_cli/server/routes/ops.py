@@ -65,15 +65,17 @@ async def models(request: web.Request) -> web.Response:
             "execution_providers": card["execution_providers"], "replicas": card["replicas"],
             "threads": {**card["threads"], "cpus": state.registry.plan.cpus.count},
             "max_len": card["max_len"], "default": state.registry.defaults.get(m.kind) == name,
+            "warmup": card["warmup"],
             "pipeline": pipe.describe() if pipe is not None else {"kind": m.kind},
         })
         if "pooling" in data[-1]["pipeline"]:
             data[-1]["pooling"] = data[-1]["pipeline"]["pooling"]
         if m.version is not None:  # a versioned model: each version's source and share of unnamed requests
-            weights = {v.version: v.weight for v in state.config.model(name).versions}
+            entry = state.registry.configs[name]
+            weights = {v.version: v.weight for v in entry.versions}
             data[-1]["versions"] = [{"version": v.version, "source": public_source(v.card()["source"]),
                                      "weight": weights.get(v.version or "")} for v in entries]
-            data[-1]["default_version"] = state.config.model(name).default_version
+            data[-1]["default_version"] = entry.default_version
     return json_response(ModelList(object="list", data=data))
 
 

@@ -13,11 +13,12 @@ from msgspec import Meta, Struct
 
 from ...engine.model import LoadedModel
 from ...engine.session import TensorInfo
-from ...errors import InputError, ModelNotFound
+from ...errors import InputError
 from ...jsonio import encode
 from ...pipelines.tensor import TensorPipeline, TensorResult, datatype_of, kserve_shape, platform, tensor_metadata
 from ..kserve import codec
-from ..schemas import Model, Op, Request, Response
+from ..kserve import extensions as ext
+from ..schemas import KServeError, Model, Op, Request, Response
 from ..state import ServerState
 from .common import STATE, decode, json_response
 
@@ -93,6 +94,52 @@ class TritonModelConfig(Response, omit_defaults=True, kw_only=True):
     dynamic_batching: dict[str, Any] | None = None
 
 
+class TritonDuration(Response):
+    count: int
+    ns: int
+
+
+class TritonInferStats(Response):
+    success: TritonDuration
+    fail: TritonDuration
+    queue: TritonDuration
+    compute_input: TritonDuration
+    compute_infer: TritonDuration
+    compute_output: TritonDuration
+    cache_hit: TritonDuration
+    cache_miss: TritonDuration
+
+
+class TritonModelStats(Response):
+    name: str
+    version: str
+    last_inference: int
+    inference_count: int
+    execution_count: int
+    inference_stats: TritonInferStats
+    batch_stats: list[dict[str, Any]]
+
+
+class TritonStatistics(Response):
+    model_stats: list[TritonModelStats]
+
+
+class RepositoryIndexRequest(Request):
+    repository_name: str | None = None
+    ready: bool = False
+
+
+class RepositoryModel(Response, omit_defaults=True):
+    name: str
+    version: str
+    state: str
+    reason: str = ""
+
+
+class RepositoryLoadRequest(Request):
+    parameters: dict[str, Any] | None = None
+
+
 class InferstackRequest(Request):
     input: Annotated[list[Any] | None, Meta(description="Rows for the model's one input (legacy)")] = None
     inputs: Annotated[dict[str, list[Any]] | None, Meta(description="Tensors by input name")] = None
@@ -139,6 +186,14 @@ OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), 
     Op(("/v2/models/{model}/config", "/v2/models/{model}/versions/{version}/config"), "GET",
        "Triton's model configuration extension (tensor models)", "tensor", response=TritonModelConfig,
        errors="kserve"),
+    Op(("/v2/models/stats", "/v2/models/{model}/stats", "/v2/models/{model}/versions/{version}/stats"), "GET",
+       "Triton's statistics extension: counts and times per model version", "tensor", response=TritonStatistics,
+       errors="kserve"),
+    Op(("/v2/repository/index",), "POST", "KServe v2 model-repository index: every configured model and its state",
+       "tensor", RepositoryIndexRequest, response=list[RepositoryModel], errors="kserve"),
+    Op(("/v2/repository/models/{model}/load", "/v2/repository/models/{model}/unload"), "POST",
+       "KServe v2 model-repository load (the model's entry of the config file, again) and unload "
+       "(server.model_control)", "tensor", RepositoryLoadRequest, response="empty", errors="kserve"),
     Op(("/v2/models/{model}/infer", "/v2/models/{model}/versions/{version}/infer"), "POST",
        "KServe v2 inference (JSON tensors, or the binary tensor data extension)", "tensor", KServeInferRequest,
        KServeInferResponse, errors="kserve"),
@@ -153,7 +208,7 @@ OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), 
 
 routes = web.RouteTableDef()
 BENCH = {"/infer": lambda texts: {"input": [[0.0, 0.0, 0.0, 0.0]] * max(len(texts), 1)}}
-EXTENSIONS = ["binary_tensor_data"]
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "model_repository"]
 
 
 def model_of(state: ServerState, name: str | None, version: str | None) -> LoadedModel:
@@ -204,6 +259,42 @@ async def kserve_infer(request: web.Request) -> web.Response:
                         headers={"Inference-Header-Content-Length": str(len(head))})
 
 
+# before /v2/models/{model}: "stats" is not a model's name here
+@routes.get("/v2/models/stats")
+@routes.get("/v2/models/{model}/stats")
+@routes.get("/v2/models/{model}/versions/{version}/stats")
+async def triton_statistics(request: web.Request) -> web.Response:
+    """Triton's statistics extension (`tritonclient` get_inference_statistics), from the counters of /metrics."""
+    state = request.app[STATE]
+    doc = await ext.statistics(state, request.match_info.get("model"), request.match_info.get("version"))
+    return json_response(doc)
+
+
+@routes.post("/v2/repository/index")
+async def repository_index(request: web.Request) -> web.Response:
+    """Every configured model with its state (READY, LOADING, UNAVAILABLE) and the reason."""
+    state = request.app[STATE]
+    body = await request.read()
+    req = decode(body, RepositoryIndexRequest) if body.strip() else RepositoryIndexRequest()
+    return json_response(ext.repository_index(state, req.ready))
+
+
+@routes.post("/v2/repository/models/{model}/load")
+async def repository_load(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = await request.read()
+    req = decode(body, RepositoryLoadRequest) if body.strip() else RepositoryLoadRequest()
+    await ext.load(state, request.match_info["model"], list(req.parameters or ()))
+    return web.Response(status=200)
+
+
+@routes.post("/v2/repository/models/{model}/unload")
+async def repository_unload(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    await ext.unload(state, request.match_info["model"])
+    return web.Response(status=200)
+
+
 @routes.get("/v2/health/live")
 async def live(request: web.Request) -> web.Response:
     return web.Response(status=200)
@@ -233,11 +324,11 @@ async def model_metadata(request: web.Request) -> web.Response:
 @routes.get("/v2/models/{model}/ready")
 @routes.get("/v2/models/{model}/versions/{version}/ready")
 async def model_ready(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    name = request.match_info["model"]
-    if name not in state.registry.entries:
-        raise ModelNotFound(f"model '{name}' not found", model=name)
-    state.registry.version_of(name, request.match_info.get("version"))  # VersionNotFound → 404
+    """200 while the model serves; 503 (with the reason) while it is configured but unloaded, loading or failed;
+    404 for a name or version that is not configured."""
+    ready, why = ext.model_ready(request.app[STATE], request.match_info["model"], request.match_info.get("version"))
+    if not ready:
+        return web.Response(status=503, body=encode(KServeError(error=why)), content_type="application/json")
     return web.Response(status=200)
 
 
