@@ -469,7 +469,7 @@ def test_engine_answers_rows_without_a_task(tmp_path):
     row order; no rows → an empty answer; a model it does not serve → Failed naming it; nothing left pending."""
     from rsinfer_cli.engine.registry import Registry
     from rsinfer_cli.server.metrics import Metrics
-    from rsinfer_cli.workers.engine import EngineServer
+    from rsinfer_cli.workers.engine import EngineServer, wire_key
 
     import synth
 
@@ -487,8 +487,10 @@ def test_engine_answers_rows_without_a_task(tmp_path):
     async def main():
         ch = Channel()
         row = {"X": np.ones((1, 2), np.float32)}
-        server._handle(ch, ipc.Rows(id=1, key="add", rows=[row, row], costs=[1, 1]))
-        server._handle(ch, ipc.Rows(id=2, key="add", rows=[], costs=[]))
+        key = wire_key(server.registry.models["add"])       # the version's queue: its key and load serial
+        assert key.startswith("add@")
+        server._handle(ch, ipc.Rows(id=1, key=key, rows=[row, row], costs=[1, 1]))
+        server._handle(ch, ipc.Rows(id=2, key=key, rows=[], costs=[]))
         server._handle(ch, ipc.Rows(id=3, key="nope", rows=[row], costs=[1]))
         for _ in range(200):
             if len(ch.sent) == 3:

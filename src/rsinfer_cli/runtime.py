@@ -130,17 +130,25 @@ class Runtime:
             pool._max_workers = self.registry.plan.infer_threads  # noqa: SLF001
         return old
 
-    async def retire(self, versions: list[LoadedModel], timeout_s: float) -> None:
-        """Once the requests the replaced `versions` hold are answered (at most `timeout_s`: the request
-        deadline), their queues stop and the last references to their sessions go."""
+    async def retire(self, versions: list[LoadedModel], timeout_s: float, quiet_s: float = 0.0) -> None:
+        """Once the replaced `versions` hold nothing (no request in flight here, nothing queued or running in their
+        queues, for `quiet_s` on end: an engine process also waits for rows its front ends already sent), at most
+        `timeout_s` (the request deadline), their queues stop and the last references to their sessions go."""
         core = self.core
+        held = [(m, core.retiring.get(id(m))) for m in versions]
         deadline = time.monotonic() + timeout_s
-        while any(core.busy.get(id(m)) for m in versions) and time.monotonic() < deadline:
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            if any(core.busy.get(id(m)) or (q is not None and (q[1].waiting or q[1].queued_rows or q[1].running))
+                   for m, q in held):
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= quiet_s:
+                break
             await asyncio.sleep(0.02)
-        for m in versions:
-            held = core.retiring.pop(id(m), None)
-            if held is not None:
-                held[1].stop()
+        for m, _ in held:
+            gone = core.retiring.pop(id(m), None)
+            if gone is not None:
+                gone[1].stop()
         versions.clear()
 
     @classmethod

@@ -22,9 +22,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
-from ..config import Config, ModelConfig, load_config
+from ..config import Config, ModelConfig, ServerConfig, load_config
 from ..errors import ConfigError, ModelNotFound, RsinferError
 from ..pipelines.base import RowPipeline
 from ..runtime import Runtime
@@ -70,16 +71,24 @@ Loaded = tuple[list[LoadedModel], dict[str, RowPipeline]]
 
 
 class ModelControl:
-    """`check(config)` refuses a config the server cannot serve (kinds without routes); `changed()` is told after
-    every change of the served set (the fronts refresh what they copied; an engine process tells its front ends)."""
+    """`check(config)` refuses a config the server cannot serve (kinds without routes); `select(config)` keeps the
+    models this runtime serves (an engine process: those of its device); `changed()` is told after every change of
+    the served set (the fronts refresh what they copied; an engine process tells its front ends). `quiet_s`: how long
+    a replaced version's queue must stay empty before it is freed (an engine: rows its front ends already sent)."""
 
     def __init__(self, runtime: Runtime, *, check: Callable[[Config], None] | None = None,
-                 changed: Callable[[], None] | None = None, metrics: ControlMetrics | None = None) -> None:
+                 select: Callable[[Config], Config] | None = None, changed: Callable[[], None] | None = None,
+                 metrics: ControlMetrics | None = None, quiet_s: float = 0.0) -> None:
         self.runtime = runtime
         self.check = check
+        self.select = select
         self.changed = changed
         self.metrics = metrics
+        self.quiet_s = quiet_s
         self.states: dict[str, ModelState] = {}
+        # the server section as the file said it at start: the command line's overrides (--port, --workers) are
+        # not edits of the file, so a reload compares the file with itself
+        self.file_server = self._file_server()
         self._lock = asyncio.Lock()
         self._retiring: set[asyncio.Task[None]] = set()
         for m in runtime.config.models:
@@ -88,6 +97,12 @@ class ModelControl:
     @property
     def file(self) -> str:
         return self.runtime.config.file
+
+    def _file_server(self) -> ServerConfig:
+        try:
+            return load_config(self.file).server if Path(self.file).is_file() else self.runtime.config.server
+        except ConfigError:
+            return self.runtime.config.server
 
     # ------------------------------------------------------------ what the fronts call
 
@@ -109,8 +124,8 @@ class ModelControl:
         async with self._lock:
             new = await self._read()
             old = self.runtime.config
-            report = Report(restart=[f"server.{f.name}" for f in dataclasses.fields(old.server)
-                                     if getattr(old.server, f.name) != getattr(new.server, f.name)])
+            report = Report(restart=[f"server.{f.name}" for f in dataclasses.fields(new.server)
+                                     if getattr(self.file_server, f.name) != getattr(new.server, f.name)])
             for key in report.restart:
                 log.warning("reload: %s changed: needs a restart (the running value is kept)", key)
             before = {m.name: m for m in old.models}
@@ -184,6 +199,8 @@ class ModelControl:
             new = await loop.run_in_executor(None, load_config, self.file)
             if self.check is not None:
                 self.check(new)
+            if self.select is not None:
+                new = self.select(new)
         except ConfigError as exc:
             log.error("reload of %s refused, still serving the previous configuration: %s", self.file, exc)
             raise
@@ -243,7 +260,7 @@ class ModelControl:
         if not versions:
             return
         timeout = self.runtime.config.server.request_timeout_ms / 1000 + 1
-        task = asyncio.ensure_future(self.runtime.retire(list(versions), timeout))
+        task = asyncio.ensure_future(self.runtime.retire(list(versions), timeout, self.quiet_s))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 

@@ -7,6 +7,7 @@ Tensor-generic: the engine knows sessions, input/output names, dtypes and shapes
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import time
@@ -211,7 +212,7 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     server = server or ServerConfig()
     backend = script_backend(cfg)
     if backend is not None:
-        return warmed(load_script(cfg, server, backend, threads))
+        return finish_load(load_script(cfg, server, backend, threads))
     t0 = time.perf_counter()
     resolved = resolve(ModelSource.of(cfg, families.get(cfg.kind).needs_tokenizer), cache_dir, progress)
     t_resolve = time.perf_counter() - t0
@@ -244,11 +245,16 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     log.info("model %s loaded: %s (%s), %.1f MiB, %s built in %.2fs, RSS +%.1f MiB, EPs %s",
              cfg.name, resolved.graph_file, resolved.source, size / 2**20, threads.describe(), t_build,
              rss_delta / 2**20, ",".join(model.providers))
-    return warmed(model)
+    return finish_load(model)
 
 
-def warmed(model: LoadedModel) -> LoadedModel:
-    """The model after its entry's `warmup:` ran (engine/warmup.py), what ran in its stats and card."""
+_LOADS = itertools.count(1)
+
+
+def finish_load(model: LoadedModel) -> LoadedModel:
+    """The model after its entry's `warmup:` ran (engine/warmup.py; what ran in its stats and card), numbered: its
+    load serial tells this load from another of the same entry (a front-end process learns of a reload by it)."""
+    model.stats["serial"] = next(_LOADS)
     cfg = model.config.warmup
     if cfg is not None:
         from .warmup import warm

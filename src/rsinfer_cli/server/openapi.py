@@ -50,7 +50,7 @@ def _operation(op: Op, path: str, comps: _Components, secured: bool) -> dict[str
         ok["content"] = {"application/json": {"schema": comps.schema(op.response)}}
     responses: dict[str, Any] = {"200": ok}
     error_schema = comps.schema(KServeError if op.errors == "kserve" else OpenAIError)
-    for status, why in ERRORS[op.errors].items():
+    for status, why in sorted({**ERRORS[op.errors], **dict(op.more)}.items()):
         if status == "401" and (op.open or not secured):
             continue
         responses[status] = {"description": why, "content": {"application/json": {"schema": error_schema}}}

@@ -151,6 +151,7 @@ class Op:
     response: Any = None              # a model, a list[...] type, or "text" / "empty"
     errors: str = "openai"            # or "kserve"
     open: bool = False                # no API key needed
+    more: tuple[tuple[str, str], ...] = ()   # error statuses of this route beside the common ones: (status, why)
 
 
 OPS: tuple[Op, ...] = (

@@ -8,7 +8,12 @@ It listens on a Unix socket (`ipc.py`); each front end holds one connection and 
 - `rows` (id, model key, rows, costs) → the outputs of those rows in order, or the error as `ipc.error_to_wire`;
 - `cancel` (id) → its queued rows are dropped and its direct forwards stop (the client left, or its deadline
   passed); a front end whose connection closes (it stopped, or died) has all of its requests cancelled so;
-- `stats` (id) → each model's queue depth, rows queued and forwards running, for the front end's `/metrics`.
+- `stats` (id) → each model's queue depth, rows queued and forwards running, for the front end's `/metrics`;
+- `control` (id, reload | load | unload, name) → the served set changed here (engine/control.py), then the new
+  catalog pushed to every front end (`catalog` with id 0), then `done` (or the error).
+
+A model's rows are addressed by its key and load serial (`wire_key`): a front end that still holds a version a
+reload replaced sends that version's rows to that version's queue, which drains before it is freed.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from ..engine.model import LoadedModel
 from ..engine.registry import Registry
 from ..engine.scheduler import RowForward, Scheduler, as_is
 from ..engine.session import Session
-from ..errors import ModelNotFound
+from ..errors import InputError, ModelNotFound
 from ..pipelines.base import RowPipeline
 from ..runtime import Runtime
 from ..server.metrics import Metrics
@@ -41,18 +46,36 @@ def shell(model: LoadedModel) -> LoadedModel:
     return replace(model, sessions=[], wide=None)
 
 
+def wire_key(model: LoadedModel) -> str:
+    """How a front end names a loaded version's queue: its key and its load serial."""
+    return f"{model.key}@{model.stats.get('serial', 0)}"
+
+
+# a replaced version's queue is freed once empty this long: rows a front end tokenized before it learnt of the
+# change still arrive
+QUIET_S = 0.5
+
+
 class EngineServer:
-    def __init__(self, config: Config, registry: Registry, metrics: Metrics) -> None:
+    def __init__(self, config: Config, registry: Registry, metrics: Metrics,
+                 select: Callable[[Config], Config] | None = None) -> None:
+        """`select(config)`: the models of this engine's device (a reloaded file holds every device's)."""
+        from ..engine.control import ModelControl
+
         self.config = config
         self.registry = registry
         self.metrics = metrics
         # the models' queues over their replicas here; the cache is the front ends' (start(cache=False) only hashes
         # the graph digests of its keys, once here for every front end)
         self.runtime = Runtime(config, registry, metrics, forward=self._tagged).start(cache=False)
-        self.schedulers = {k: q for k, q in self.runtime.queues.items() if isinstance(q, Scheduler)}
+        self.control = ModelControl(self.runtime, select=select, changed=self._changed, metrics=metrics,
+                                    quiet_s=QUIET_S)
+        self.schedulers: dict[str, Scheduler] = {}      # by wire key, the versions draining too
+        self._rewire()
         # rows queued and not yet answered, by (front end, request id): what abandons them
         self._pending: dict[tuple[ipc.Channel, int], Callable[[], None]] = {}
         self._channels: set[ipc.Channel] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def _tagged(self, pipe: RowPipeline, model: LoadedModel) -> RowForward:
         """The pipeline's forward over rows tagged with the front end each came from; how many front ends shared
@@ -67,7 +90,45 @@ class EngineServer:
         return run
 
     def catalog(self) -> bytes:
-        return pickle.dumps([shell(m) for m in self.registry.models.values()])
+        """What a front end needs to serve this engine's models: each loaded version without its sessions, the
+        entries of the config as this engine has them, and each entry's state."""
+        reg = self.registry
+        return pickle.dumps({
+            "models": [shell(m) for m in reg.models.values()],
+            "entries": list(self.runtime.config.models),
+            "states": {n: (st.state, st.reason) for n, st in self.control.states.items()},
+            "unavailable": dict(reg.unavailable)})
+
+    def _rewire(self) -> None:
+        """The queues by wire key: every served version's, and those of replaced versions still draining."""
+        core = self.runtime.core
+        live = {wire_key(m): q for m in self.registry.models.values()
+                if isinstance(q := self.runtime.queues[m.key], Scheduler)}
+        draining = {id(q) for _, q in core.retiring.values()}
+        live.update({k: q for k, q in self.schedulers.items() if k not in live and id(q) in draining})
+        self.schedulers = live
+
+    def _changed(self) -> None:
+        """The served set changed: every front end gets the new catalog."""
+        self._rewire()
+        catalog = self.catalog()
+        for channel in list(self._channels):
+            channel.send(ipc.Catalog(id=0, catalog=catalog))
+
+    async def _control(self, channel: ipc.Channel, msg: ipc.Control) -> None:
+        try:
+            if msg.action == "reload":
+                await self.control.reload()
+            elif msg.action == "load":
+                await self.control.load(msg.name)
+            elif msg.action == "unload":
+                await self.control.unload(msg.name)
+            else:
+                raise InputError(f"unknown control operation '{msg.action}'")
+        except Exception as exc:  # noqa: BLE001 - the front end's answer
+            channel.send(ipc.Failed(id=msg.id, error=ipc.error_to_wire(exc)))
+            return
+        channel.send(ipc.Done(id=msg.id))
 
     # ------------------------------------------------------------ serving
 
@@ -90,6 +151,7 @@ class EngineServer:
                 abandon()
             for channel in list(self._channels):   # the front ends learn at once that this engine is gone
                 channel.close()
+            await self.control.close()
             await self.runtime.close()
 
     async def _flush_every(self, seconds: float) -> None:
@@ -121,10 +183,15 @@ class EngineServer:
                     abandon()
             case ipc.Stats():             # a front end renders /metrics next: the files get this engine's numbers
                 self.metrics.flush()
-                stats = [[k, s.waiting, s.queued_rows, s.running] for k, s in self.schedulers.items()]
+                stats = [[m.key, q.waiting, q.queued_rows, q.running] for m in self.registry.models.values()
+                     if isinstance(q := self.runtime.queues[m.key], Scheduler)]
                 channel.send(ipc.QueueStats(id=msg.id, stats=stats))
             case ipc.Hello():
                 channel.send(ipc.Catalog(id=msg.id, catalog=self.catalog()))
+            case ipc.Control():
+                task = asyncio.ensure_future(self._control(channel, msg))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
     def _rows(self, channel: ipc.Channel, msg: ipc.Rows) -> None:
         """The rows into their model's queue with a callback for the answer (Scheduler.enqueue): no task per request;
@@ -132,7 +199,8 @@ class EngineServer:
         scheduler = self.schedulers.get(msg.key)
         if scheduler is None:        # a front end asks only for models of the catalog this engine sent it
             channel.send(ipc.Failed(id=msg.id, error=ipc.error_to_wire(ModelNotFound(
-                f"model '{msg.key}' is not served by this engine", model=msg.key))))
+                f"model '{msg.key.split('@')[0]}' is not served by this engine any more; send the request again",
+                model=msg.key.split('@')[0]))))
             return
         key = (channel, msg.id)
         source = id(channel)

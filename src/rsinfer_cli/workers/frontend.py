@@ -6,6 +6,10 @@ that owns the model (`engine.py`) over a Unix socket (`ipc.py`).
 single process (`ModelQueue`), so every route, the cache and the metrics work unchanged. A front end learns of a
 dead engine from the kernel (its end of the socket closes): what waits on it fails at once with
 `EngineUnavailable` (503) and `/health` says so.
+
+`RemoteControl` stands where the engine's `ModelControl` stands in a single process: the repository API's load and
+unload go to the engines, and each engine's pushed catalog changes this front end's served set the same way a
+reload changes a single process's (new versions' pipelines built here, replaced ones answering what they hold).
 """
 
 from __future__ import annotations
@@ -15,17 +19,20 @@ import itertools
 import logging
 import pickle
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from ..config import Config
+from ..engine.control import ModelState
 from ..engine.model import LoadedModel
 from ..engine.registry import Registry
 from ..engine.scheduler import ModelQueue, Runner
-from ..errors import EngineUnavailable
+from ..errors import EngineUnavailable, ModelNotFound
 from ..server.metrics import Metrics
 from . import ipc
+from .engine import wire_key
 
 log = logging.getLogger("rsinfer.server")
 T = TypeVar("T")
@@ -35,12 +42,14 @@ class EngineClient:
     def __init__(self, path: str) -> None:
         self.path = path
         self.gone: str | None = None              # why the engine cannot answer any more
+        self.catalog: dict[str, Any] = {}         # its latest (engine.EngineServer.catalog)
+        self.on_catalog: Callable[[EngineClient], None] | None = None   # told when the engine pushes a new one
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[ipc.ToFrontEnd]] = {}
         self._channel: ipc.Channel | None = None
 
     async def connect(self, timeout_s: float = 60.0) -> list[LoadedModel]:
-        """Connect and fetch the engine's catalog (the models it loaded, without their sessions)."""
+        """Connect and fetch the engine's catalog; the models it loaded, without their sessions."""
         loop = asyncio.get_running_loop()
         def channel_() -> ipc.Channel:
             return ipc.Channel(self._reply, self._lost, ipc.ToFrontEnd)
@@ -49,10 +58,16 @@ class EngineClient:
         self._channel = channel
         reply = await asyncio.wait_for(self._ask(ipc.Hello()), timeout_s)
         assert isinstance(reply, ipc.Catalog), reply
-        models: list[LoadedModel] = pickle.loads(reply.catalog)  # noqa: S301 - our own engine, at start-up only
+        self.catalog = pickle.loads(reply.catalog)  # noqa: S301 - our own engine
+        models: list[LoadedModel] = self.catalog["models"]
         return models
 
     def _reply(self, _channel: ipc.Channel, msg: ipc.ToFrontEnd) -> None:
+        if msg.id == 0 and isinstance(msg, ipc.Catalog):       # pushed: the engine's served set changed
+            self.catalog = pickle.loads(msg.catalog)  # noqa: S301 - our own engine
+            if self.on_catalog is not None:
+                self.on_catalog(self)
+            return
         fut = self._pending.get(msg.id)
         if fut is not None and not fut.done():
             fut.set_result(msg)
@@ -95,6 +110,11 @@ class EngineClient:
         assert isinstance(reply, ipc.Outputs), reply
         return reply.outputs
 
+    async def control(self, op: str, name: str = "") -> None:
+        """Change the engine's served set (engine.EngineServer._control); its new catalog arrives first."""
+        reply = await self._ask(ipc.Control(action=op, name=name))
+        assert isinstance(reply, ipc.Done), reply
+
     async def stats(self) -> list[list[Any]]:
         reply = await self._ask(ipc.Stats())
         assert isinstance(reply, ipc.QueueStats), reply
@@ -115,7 +135,7 @@ class RemoteQueue:
 
     def __init__(self, client: EngineClient, key: str) -> None:
         self.client = client
-        self.key = key
+        self.key = key          # the version's wire key (engine.wire_key): its queue in the engine
         self.waiting = 0       # the engine's numbers at the last `refresh`
         self.queued_rows = 0
         self.running = 0
@@ -149,6 +169,128 @@ async def refresh(queues: dict[str, ModelQueue], clients: Sequence[EngineClient]
                 q.waiting, q.queued_rows, q.running = waiting, rows, running
 
 
+class RemoteControl:
+    """The served set of a front-end process: the engines change it (a SIGHUP reaches them through the supervisor;
+    the repository API through here), and each pushed catalog is applied to this front end's runtime."""
+
+    def __init__(self, runtime: Any, clients: Sequence[EngineClient], changed: Callable[[], None]) -> None:
+        self.runtime = runtime
+        self.clients = list(clients)
+        self.changed = changed
+        self.owner: dict[str, EngineClient] = {}       # wire key → the engine that runs it
+        self._applying: asyncio.Future[None] | None = None
+        self._lock = asyncio.Lock()
+        self._retiring: set[asyncio.Task[None]] = set()
+        runtime.queue_for = lambda m: RemoteQueue(self.owner[wire_key(m)], wire_key(m))
+        for client in self.clients:
+            client.on_catalog = self._pushed
+            for m in client.catalog.get("models", ()):
+                self.owner[wire_key(m)] = client
+
+    @property
+    def states(self) -> dict[str, ModelState]:
+        out: dict[str, ModelState] = {}
+        for client in self.clients:
+            for name, (state, reason) in client.catalog.get("states", {}).items():
+                out[name] = ModelState(state, reason)
+        return out
+
+    def index(self) -> list[tuple[str, list[str], ModelState]]:
+        states = self.states
+        reg = self.runtime.registry
+        return [(m.name, reg.versions(m.name) or [v.version for v in m.versions] or ["1"],
+                 states.get(m.name, ModelState("UNAVAILABLE", "not loaded"))) for m in self.runtime.config.models]
+
+    def state_of(self, name: str) -> ModelState:
+        state = self.states.get(name)
+        if state is None:
+            raise ModelNotFound(f"model '{name}' is not in the configuration", model=name)
+        return state
+
+    async def reload(self) -> None:
+        for client in self.clients:
+            await client.control("reload")
+        await self._settled()
+
+    async def load(self, name: str) -> None:
+        await self._each("load", name)
+
+    async def unload(self, name: str) -> None:
+        await self._each("unload", name)
+
+    async def _each(self, op: str, name: str) -> None:
+        """`op` on the engine that has `name` in its part of the config (each engine has its device's)."""
+        missing: ModelNotFound | None = None
+        for client in self.clients:
+            try:
+                await client.control(op, name)
+            except ModelNotFound as exc:
+                missing = exc
+                continue
+            await self._settled()
+            return
+        assert missing is not None
+        raise missing
+
+    async def _settled(self) -> None:
+        """This front end serves what the engine pushed before it answered."""
+        while self._applying is not None and not self._applying.done():
+            await asyncio.shield(self._applying)
+
+    def _pushed(self, client: EngineClient) -> None:
+        self._applying = asyncio.ensure_future(self._apply(client))
+
+    async def _apply(self, client: EngineClient) -> None:
+        """An engine's new catalog: its versions that are new here get pipelines (built on a thread: a tokenizer is
+        read) and queues to the engine; names it serves no more stop here; the rest is untouched."""
+        async with self._lock:
+            catalog = client.catalog
+            rt = self.runtime
+            reg = rt.registry
+            by_name: dict[str, list[LoadedModel]] = {}
+            for m in catalog["models"]:
+                by_name.setdefault(m.name, []).append(m)
+            entries = {e.name: e for e in catalog["entries"]}
+            mine = {n for n, vs in reg.entries.items() if any(self.owner.get(wire_key(v)) is client for v in vs)}
+            loop = asyncio.get_running_loop()
+            for name in sorted(mine | set(by_name)):
+                new = by_name.get(name)
+                old = reg.entries.get(name, [])
+                if new and [wire_key(m) for m in new] == [wire_key(m) for m in old]:
+                    continue
+                if new:
+                    for m in new:
+                        self.owner[wire_key(m)] = client
+                    try:
+                        pipes = await loop.run_in_executor(None, rt.prepare, new)
+                    except Exception as exc:  # noqa: BLE001 - the engine serves it; this front end cannot
+                        log.error("model %s: this front end cannot build its pipeline: %s", name, exc)
+                        continue
+                    replaced = rt.install(name, new, pipes, entries.get(name))
+                else:
+                    replaced = rt.install(name, None, {})
+                if replaced:
+                    timeout = rt.config.server.request_timeout_ms / 1000 + 1
+                    task = asyncio.ensure_future(rt.retire(list(replaced), timeout))
+                    self._retiring.add(task)
+                    task.add_done_callback(self._retiring.discard)
+            reg.unavailable.update(catalog.get("unavailable", {}))
+            for name in [n for n in reg.unavailable if n in reg.entries]:
+                reg.unavailable.pop(name)
+            served = {m.name for c in self.clients for m in c.catalog.get("models", ())}
+            configured = {m.name: m for c in self.clients for m in c.catalog.get("entries", ())}
+            order = [m.name for m in rt.config.models]
+            models = sorted(configured.values(), key=lambda m: order.index(m.name) if m.name in order else len(order))
+            rt.config = replace(rt.config, models=tuple(models))
+            for name in served - set(reg.entries):
+                log.error("model %s: served by its engine but not by this front end", name)
+            self.changed()
+
+    async def close(self) -> None:
+        for task in list(self._retiring):
+            task.cancel()
+
+
 async def connect(engines: Sequence[str],
                   timeout_s: float = 60.0) -> tuple[list[EngineClient], dict[str, tuple[LoadedModel, EngineClient]]]:
     """A client per engine socket and every model they loaded, by key, with the engine that runs it."""
@@ -169,9 +311,11 @@ def frontend_app(config: Config, clients: Sequence[EngineClient], models: dict[s
     from ..server.routes.common import STATE
 
     registry = Registry({k: m for k, (m, _) in models.items()}, {m.name: m for m in config.models})
-    queues: dict[str, ModelQueue] = {key: RemoteQueue(client, key) for key, (_, client) in models.items()}
-    app = create_app(Runtime(config, registry, metrics or Metrics(), queues=queues, inline_prep=True))
+    queues: dict[str, ModelQueue] = {key: RemoteQueue(client, wire_key(m)) for key, (m, client) in models.items()}
+    runtime = Runtime(config, registry, metrics or Metrics(), queues=queues, inline_prep=True)
+    app = create_app(runtime)
     state = app[STATE]
+    state.control = RemoteControl(runtime, clients, state.refresh)
 
     def why() -> str | None:
         gone = next((c.gone for c in clients if c.gone is not None), None)

@@ -139,8 +139,24 @@ class Stats(Message, tag="stats"):
     """front end → engine: the queues' numbers, for /metrics."""
 
 
+class Control(Message, tag="control"):
+    """front end → engine: change the served set (`action`: reload | load | unload, of model `name`); `Done` or
+    `Failed` answers once the engine's own set changed (its new catalog is pushed to every front end first)."""
+
+    action: str
+    name: str = ""
+
+
 class Catalog(Message, tag="catalog"):
-    catalog: bytes               # the loaded models without their sessions (pickled: our own engine, at start-up)
+    """engine → front end: the answer to `Hello`, and (id 0) pushed to every front end after each change of the
+    served set."""
+
+    catalog: bytes               # engine.catalog(): the loaded models without their sessions, the entries and
+                                 # their states (pickled: our own engine; at start-up and at each change only)
+
+
+class Done(Message, tag="done"):
+    """engine → front end: the `Control` asked for is done."""
 
 
 class Outputs(Message, tag="outputs"):
@@ -155,8 +171,8 @@ class Failed(Message, tag="failed"):
     error: dict[str, Any]        # error_to_wire()
 
 
-ToEngine = Hello | Rows | Cancel | Stats
-ToFrontEnd = Catalog | Outputs | QueueStats | Failed
+ToEngine = Hello | Rows | Cancel | Stats | Control
+ToFrontEnd = Catalog | Outputs | QueueStats | Failed | Done
 
 
 # ------------------------------------------------------------ errors

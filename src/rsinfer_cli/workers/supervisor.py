@@ -121,6 +121,35 @@ def _stop_when_readable(conn: Any, stop: asyncio.Event) -> None:
     loop.add_reader(conn.fileno(), fire)
 
 
+def _engine_orders(conn: Any, stop: asyncio.Event, server: Any) -> None:
+    """The supervisor's orders to an engine: ("reload", None) - the config file applied (engine/control.py), then
+    ("reloaded", what it did or why not) back; ("stop", None), or its end closing (it stopped, or died) - `stop`."""
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def reload() -> None:
+        try:
+            report = await server.control.reload()
+            conn.send(("reloaded", report.line()))
+        except Exception as exc:  # noqa: BLE001 - told to the supervisor; the engine serves on
+            conn.send(("reloaded", f"refused: {exc}"))
+
+    def readable() -> None:
+        try:
+            order, _ = conn.recv()
+        except (EOFError, OSError):
+            order = "stop"
+        if order == "reload":
+            task = asyncio.ensure_future(reload())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            return
+        loop.remove_reader(conn.fileno())
+        stop.set()
+
+    loop.add_reader(conn.fileno(), readable)
+
+
 def engine_main(config: Config, device: str, address: str, conn: Any, level: int) -> None:
     """An engine process: load this device's models, answer front ends until the supervisor says stop (a message
     or its end of the pipe closing, which also happens when the supervisor dies)."""
@@ -132,8 +161,9 @@ def engine_main(config: Config, device: str, address: str, conn: Any, level: int
     from .engine import EngineServer
 
     try:
-        registry = Registry.load(_models_of(config, device))
-        server = EngineServer(config, registry, Metrics(batched=True))
+        mine = _models_of(config, device)
+        registry = Registry.load(mine)
+        server = EngineServer(mine, registry, Metrics(batched=True), select=lambda c: _models_of(c, device))
     except Exception as exc:  # noqa: BLE001 - told to the supervisor, which reports it as `serve` does
         conn.send(("error", ipc.error_to_wire(exc)))
         return
@@ -141,7 +171,7 @@ def engine_main(config: Config, device: str, address: str, conn: Any, level: int
 
     async def run() -> None:
         stop = asyncio.Event()
-        _stop_when_readable(conn, stop)
+        _engine_orders(conn, stop, server)
         await server.serve(address, stop, ready=lambda: conn.send(("ready", None)))
 
     from ..server.run import run_loop
@@ -215,6 +245,9 @@ class Supervisor:
         self.exit_code = 0
         self._deaths: list[float] = []
         self._signals: list[int] = []
+        self._reload = False                   # a SIGHUP came
+        self._reloading: set[_Child] = set()   # the engines still applying it
+        self._reload_again = False
         self._wake_r, self._wake_w = socket.socketpair()
 
     # ---------------------------------------------------------- starting
@@ -275,7 +308,10 @@ class Supervisor:
     # ---------------------------------------------------------- running
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        self._signals.append(signum)
+        if signum == signal.SIGHUP:
+            self._reload = True
+        else:
+            self._signals.append(signum)
 
     def _drain_signals(self) -> None:
         try:
@@ -286,13 +322,48 @@ class Supervisor:
         if self._signals:
             self.stopping = True
 
+    def _start_reload(self, notifier: Any) -> None:
+        """SIGHUP: every engine applies the config file (each its device's models) and pushes its new set to the
+        front ends; systemd hears RELOADING=1 now and READY=1 once every engine answered."""
+        self._reload = False
+        if self._reloading:
+            log.warning("reload: one is running; this SIGHUP is applied after it")
+            self._reload_again = True
+            return
+        notifier.reloading()
+        log.warning("reload: reading the config file again")
+        for child in self.engines.values():
+            try:
+                child.conn.send(("reload", None))
+                self._reloading.add(child)
+            except OSError:
+                pass
+
+    def _engine_said(self, device: str, notifier: Any) -> None:
+        child = self.engines[device]
+        try:
+            kind, payload = child.conn.recv()
+        except (EOFError, OSError):
+            return                  # its death is seen by its sentinel
+        if kind == "reloaded":
+            log.warning("reload: engine %s: %s", device, payload)
+            self._reloading.discard(child)
+            if not self._reloading:
+                notifier.ready(f"serving with {self.workers} front ends (reloaded)")
+                if self._reload_again:
+                    self._reload_again = False
+                    self._start_reload(notifier)
+
     def run(self, notifier: Any) -> int:
         """Watch the children until a signal or an engine's death; returns the exit code."""
         watchdog_s = notifier.watchdog_s / 2 if notifier.watchdog_s else None
         while not self.stopping:
+            if self._reload:
+                self._start_reload(notifier)
             waits: dict[Any, tuple[str, Any]] = {self._wake_r: ("signal", None)}
             for device, child in self.engines.items():
                 waits[child.process.sentinel] = ("engine", device)
+                waits[child.conn] = ("said", device)
             for i, front in enumerate(self.frontends):
                 if front is not None:
                     waits[front.process.sentinel] = ("frontend", i)
@@ -305,6 +376,8 @@ class Supervisor:
                 what, which = waits[obj]
                 if what == "signal":
                     self._drain_signals()
+                elif what == "said":
+                    self._engine_said(which, notifier)
                 elif what == "engine":
                     code = self.engines[which].process.exitcode
                     log.error("the engine process for %s exited (code %s): stopping (exit 1)", which, code)
@@ -394,7 +467,7 @@ def serve_workers(config: Config, host: str, port: int) -> None:
     sup._wake_w.setblocking(False)
     sup._wake_r.setblocking(False)
     old_wakeup = signal.set_wakeup_fd(sup._wake_w.fileno())
-    previous = {s: signal.signal(s, sup._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = {s: signal.signal(s, sup._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     code = 0
     try:
         notifier.status(f"starting {len(sup.devices)} engine process(es) and {workers} front end(s)")
