@@ -5,6 +5,7 @@ real `rsinfer serve` processes is in test_reload.py."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import httpx
@@ -109,6 +110,12 @@ def test_repository_index_unload_load_over_tritonclient(server, transport):
     assert client.is_model_ready("simple")
     result = client.infer("simple", inputs)
     assert np.array_equal(result.as_numpy("OUTPUT0"), a + b) and np.array_equal(result.as_numpy("OUTPUT1"), a - b)
+    metrics = httpx.get(server.url + "/metrics").text
+    assert 'rsinfer_model_state{model="simple",state="READY"} 1.0' in metrics
+    assert 'rsinfer_model_state{model="simple",state="UNAVAILABLE"} 0.0' in metrics
+    loads = float(re.search(r'rsinfer_model_loads_total{model="simple",result="success"} ([0-9.]+)', metrics)[1])
+    assert loads >= 2                                                  # the start and this load
+    assert "rsinfer_model_load_duration_seconds_count{model=\"simple\"}" in metrics
     with pytest.raises(InferenceServerException, match="not in"):
         client.load_model("nope")
     with pytest.raises(InferenceServerException, match="not in the configuration"):

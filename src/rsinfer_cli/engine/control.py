@@ -92,7 +92,11 @@ class ModelControl:
         self._lock = asyncio.Lock()
         self._retiring: set[asyncio.Task[None]] = set()
         for m in runtime.config.models:
-            self._set(m.name, READY if m.name in runtime.registry.entries else UNAVAILABLE, quiet=True)
+            versions = runtime.registry.entries.get(m.name)
+            if versions and metrics is not None:     # the start-up loads count too
+                metrics.model_loaded(m.name, True, sum(v.stats.get("resolve_s", 0) + v.stats.get("build_s", 0)
+                                                       for v in versions))
+            self._set(m.name, READY if versions else UNAVAILABLE, quiet=True)
 
     @property
     def file(self) -> str:

@@ -315,9 +315,12 @@ class Metrics:
             self.load_duration.labels(model).observe(seconds)
 
     def state(self, model: str, state: str | None) -> None:
-        """`model`'s state now (None: it left the config, and the metric)."""
+        """`model`'s state now (None: it left the config, and the metric; with worker processes, whose files
+        cannot drop a label, every state 0)."""
         for s in STATES:
-            if state is None:
+            if state is None and self.multiprocess_dir is not None:
+                self.model_state.labels(model, s).set(0)
+            elif state is None:
                 try:
                     self.model_state.remove(model, s)
                 except KeyError:
