@@ -147,6 +147,8 @@ def _sections() -> list[tuple[type, str, str]]:
         (cfg.TracingConfig, "server.tracing.", "### `server.tracing` (null: off)"),
         (cfg.ModelConfig, "models[].", "## `models[]`: every model, any kind"),
         (cfg.BatchingConfig, "models[].batching.", "### `models[].batching`"),
+        (cfg.WarmupConfig, "models[].warmup.", "### `models[].warmup` (null: none)"),
+        (cfg.WarmupInput, "models[].warmup.inputs.NAME.", "### `models[].warmup.inputs.NAME` (tensor models)"),
         (cfg.VersionConfig, "models[].versions[].", "### `models[].versions[]`")]
     for kind in families.kinds():
         options = families.options_class(kind)

@@ -17,6 +17,7 @@ from .schema import (
     TracingConfig,
     VersionConfig,
     WarmupConfig,
+    WarmupInput,
     hub_cache_dir,
     normalize_dtype,
     opt,
@@ -26,5 +27,5 @@ from .validate import load_config, parse_config
 
 __all__ = ["ACCELERATOR_MAX_TOKENS", "CPU_MAX_PADDING", "CPU_MAX_TOKENS", "DTYPE_ALIASES", "EPS", "BatchingConfig",
            "CacheConfig", "Config", "ModelConfig", "RateLimitConfig", "ServerConfig", "TracingConfig",
-           "VersionConfig", "WarmupConfig", "hub_cache_dir", "load_config", "normalize_dtype", "opt", "parse_config",
-           "split_bind"]
+           "VersionConfig", "WarmupConfig", "WarmupInput", "hub_cache_dir", "load_config", "normalize_dtype", "opt",
+           "parse_config", "split_bind"]
