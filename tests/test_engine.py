@@ -14,10 +14,10 @@ import pytest
 
 from rsinfer_cli.config import ModelConfig, parse_config
 from rsinfer_cli.engine.batching import plan_batches
-from rsinfer_cli.engine.model import effective_max_len, load_model, sample_feeds
+from rsinfer_cli.engine.model import effective_max_len, load_model
 from rsinfer_cli.engine.registry import Registry
 from rsinfer_cli.engine.scheduler import Scheduler
-from rsinfer_cli.engine.session import plan_eps
+from rsinfer_cli.engine.session import plan_eps, sample_feeds
 from rsinfer_cli.errors import (
     InputError,
     KindMismatch,

@@ -155,7 +155,7 @@ def test_statistics_count_the_requests_sent(server):
     assert {m["name"] for m in everything} >= {"counted", "adder"}
     assert http.get_inference_statistics("counted", "1")["model_stats"][0]["name"] == "counted"
     r = httpx.get(server.url + "/v2/models/nope/stats")
-    assert r.status_code == 404 and r.json() == {"error": "model 'nope' not found"}
+    assert r.status_code == 404 and r.json() == {"error": "Request for unknown model: 'nope' is not found"}
 
 
 def test_warmup_ran_and_is_shown(server):

@@ -109,7 +109,7 @@ def test_sighup_applies_the_difference_under_load(tmp_path, workers):
                 wait_for(lambda: load.ok > before + 50, what="the load after the reload")
             assert load.failures == [], load.failures[:5]
             assert infer(c, url, "added").json()["outputs"][0]["data"] == [3.0, 3.0]
-            assert "model 'gone' not found" in infer(c, url, "gone").json()["error"]
+            assert "Request for unknown model: 'gone' is not found" in infer(c, url, "gone").json()["error"]
             names = {m["id"] for m in c.get(url + "/v1/models").json()["data"]}
             assert names == {"keep_a", "keep_b", "changed", "added"}
             assert re.search(r"reload.*added added; changed changed; removed gone", srv.output), srv.output

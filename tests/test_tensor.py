@@ -237,11 +237,11 @@ def test_triton_model_config_and_kserve_errors_on_every_v2_path(server, http, gr
     assert g["name"] == "add_sub" and g["platform"] == "onnxruntime_onnx" and g["max_batch_size"] == 4
     assert g["input"][0] == {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": ["16"]}   # int64 in proto JSON
     assert "dynamic_batching" in grpc_client.get_model_config("solo", as_json=True)["config"]
-    with pytest.raises(InferenceServerException, match="model 'nope' not found"):
+    with pytest.raises(InferenceServerException, match="Request for unknown model: 'nope' is not found"):
         grpc_client.get_model_config("nope")
     with pytest.raises(InferenceServerException, match="shared-memory extension"):
         http.get_system_shared_memory_status()
-    with pytest.raises(InferenceServerException, match="model 'nope' not found"):
+    with pytest.raises(InferenceServerException, match="Request for unknown model: 'nope' is not found"):
         http.get_model_config("nope")
     unknown = httpx.get(server.url + "/v2/models/add_one/nonsense")
     assert unknown.status_code == 404 and unknown.json() == {
@@ -266,7 +266,7 @@ def fp32(name: str, shape: list[int], data: list | None = None, datatype: str = 
     ("add_one", [fp32("INPUT0", [9, 4])], 400, "batch size 9; at most 8 (max_batch_size)"),
     ("add_one", [fp32("INPUT0", [1, 4], ["a", "b", "c", "d"])], 400, "FP32 elements must be numbers"),
     ("add_one", [{"name": "INPUT0", "datatype": "FP99", "shape": [1, 4], "data": [1] * 4}], 400, "unknown datatype"),
-    ("nope", [fp32("INPUT0", [1, 4])], 404, "model 'nope' not found"),
+    ("nope", [fp32("INPUT0", [1, 4])], 404, "Request for unknown model: 'nope' is not found"),
 ])
 def test_bad_tensors_are_400_with_kserve_body(server, model, inputs, status, says):
     r = httpx.post(server.url + f"/v2/models/{model}/infer", json={"inputs": inputs})

@@ -76,6 +76,14 @@ class VersionNotFound(ModelNotFound):
     pass
 
 
+class UnknownModel(ModelNotFound):
+    """A name no model of the config has. The KServe fronts say it in Triton's words, which its clients check."""
+
+    @property
+    def triton(self) -> str:
+        return f"Request for unknown model: '{self.model}' is not found"
+
+
 class Saturated(RsinferError):
     type = "rate_limit_error"
 

@@ -20,12 +20,21 @@ import numpy as np
 from ..config import ACCELERATOR_MAX_TOKENS, CPU_MAX_PADDING, CPU_MAX_TOKENS, ModelConfig, ServerConfig
 from ..errors import InferenceError, ModelLoadError
 from ..hub import ModelSource, Progress, ResolvedModel, resolve
-from .session import EpPlan, GraphInfo, Session, actual_providers, build_session, graph_info, plan_eps
+from .session import (
+    EpPlan,
+    Feeds,
+    GraphInfo,
+    Session,
+    actual_providers,
+    build_session,
+    graph_info,
+    plan_eps,
+    sample_feeds,
+)
 from .threads import ModelThreads, plan_models
 
 log = logging.getLogger("rsinfer.engine")
 
-Feeds = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
 
 # position-embedding offsets of families whose max_position_embeddings counts padding slots
@@ -75,28 +84,6 @@ def effective_max_len(cfg_max_len: int | None, aux: dict[str, dict[str, Any]]) -
     if not found:
         return None, "no limit known"
     return min(found)
-
-
-def sample_feeds(graph: GraphInfo, dims: dict[str, int] | None = None) -> Feeds:
-    """Feeds built from the signature alone: fixed dims as declared, a named dynamic dim from `dims`, a past
-    (KV-cache) length 0, any other dynamic dim 1; zeros (empty strings, False) as values. Used for the trial
-    forward at load and for benchmarks of a graph nobody wrote a request for."""
-    dims = dims or {}
-    feeds: Feeds = {}
-    for t in graph.inputs:
-        shape = []
-        for d in t.shape:
-            if isinstance(d, int) and d >= 0:
-                shape.append(d)
-            elif isinstance(d, str) and d in dims:
-                shape.append(dims[d])
-            else:
-                shape.append(0 if isinstance(d, str) and "past" in d.lower() else 1)
-        if t.dtype == "string":
-            feeds[t.name] = np.full(shape, "", dtype=object)
-        else:
-            feeds[t.name] = np.zeros(shape, dtype=np.dtype(t.dtype) if t.dtype != "bfloat16" else np.float32)
-    return feeds
 
 
 @dataclass

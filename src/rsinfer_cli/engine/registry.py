@@ -12,7 +12,15 @@ from pathlib import Path
 
 from .. import families
 from ..config import Config, ModelConfig
-from ..errors import InputError, KindMismatch, ModelLoadError, ModelNotFound, RsinferError, VersionNotFound
+from ..errors import (
+    InputError,
+    KindMismatch,
+    ModelLoadError,
+    ModelNotFound,
+    RsinferError,
+    UnknownModel,
+    VersionNotFound,
+)
 from .model import LoadedModel, load_model
 from .threads import ThreadPlan, plan_models, usable_cpus
 
@@ -139,7 +147,7 @@ class Registry:
         why = self.unavailable.get(name)
         if why is not None:
             return ModelNotFound(f"model '{name}' is not available: {why}", param="model", model=name)
-        return ModelNotFound(f"model '{name}' not found", param="model", model=name)
+        return UnknownModel(f"model '{name}' not found", param="model", model=name)
 
     def versions(self, name: str) -> list[str]:
         return [m.version for m in self.entries.get(name, []) if m.version is not None]

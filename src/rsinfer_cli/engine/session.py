@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from ..config import ModelConfig
 from ..errors import ModelLoadError
 
@@ -150,3 +152,28 @@ def graph_info(session: Session) -> GraphInfo:
 
 def actual_providers(session: Session) -> list[str]:
     return [SHORT.get(p, p) for p in session.get_providers()]
+
+
+Feeds = dict[str, np.ndarray]
+
+
+def sample_feeds(graph: GraphInfo, dims: dict[str, int] | None = None) -> Feeds:
+    """Feeds built from the signature alone: fixed dims as declared, a named dynamic dim from `dims`, a past
+    (KV-cache) length 0, any other dynamic dim 1; zeros (empty strings, False) as values. Used for the trial
+    forward at load and for benchmarks of a graph nobody wrote a request for."""
+    dims = dims or {}
+    feeds: Feeds = {}
+    for t in graph.inputs:
+        shape = []
+        for d in t.shape:
+            if isinstance(d, int) and d >= 0:
+                shape.append(d)
+            elif isinstance(d, str) and d in dims:
+                shape.append(dims[d])
+            else:
+                shape.append(0 if isinstance(d, str) and "past" in d.lower() else 1)
+        if t.dtype == "string":
+            feeds[t.name] = np.full(shape, "", dtype=object)
+        else:
+            feeds[t.name] = np.zeros(shape, dtype=np.dtype(t.dtype) if t.dtype != "bfloat16" else np.float32)
+    return feeds

@@ -9,14 +9,16 @@ signature's (a dynamic batch dimension: 1 and `max_batch_size`)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..config import WarmupConfig
 from ..errors import ModelLoadError
-from .model import Feeds, LoadedModel, sample_feeds
-from .session import GraphInfo
+from .session import Feeds, GraphInfo, sample_feeds
+
+if TYPE_CHECKING:
+    from .model import LoadedModel
 
 SHORT_TOKENS = 16        # a typical query
 BATCH_ROWS = 32          # a full batch of them (capped by batching.max_rows)

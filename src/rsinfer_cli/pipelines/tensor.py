@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from ..config import opt
-from ..engine.model import LoadedModel, sample_feeds
-from ..engine.session import Session, TensorInfo
+from ..engine.model import LoadedModel
+from ..engine.session import Session, TensorInfo, sample_feeds
 from ..errors import InferenceError, InputError, ModelLoadError
 from .base import Array, RowPipeline, Timing, Work
 

@@ -18,6 +18,7 @@ from ..errors import (
     PoolTimeout,
     RsinferError,
     Saturated,
+    UnknownModel,
     VersionNotFound,
 )
 from ..jsonio import encode
@@ -79,13 +80,19 @@ def error_response(status: int, message: str, type_: str, param: str | None = No
     return web.Response(status=status, body=encode(body), content_type="application/json", headers=headers)
 
 
+def kserve_message(exc: RsinferError) -> str:
+    """An error's message on a KServe front (REST and gRPC): Triton's own words where its clients check them (its
+    examples test that an unknown model's error starts with "Request for unknown model")."""
+    return exc.triton if isinstance(exc, UnknownModel) else exc.message
+
+
 def response_for(exc: BaseException, kserve: bool = False) -> web.Response:
     """The response for any exception a handler raised; `kserve`: KServe's body `{"error": "..."}` (the tensor
     routes), else the OpenAI-style body."""
     if kserve:
         status = status_for(exc)[0] if isinstance(exc, RsinferError) else \
             exc.status if isinstance(exc, web.HTTPException) else 500
-        message = exc.message if isinstance(exc, RsinferError) else \
+        message = kserve_message(exc) if isinstance(exc, RsinferError) else \
             (exc.reason if isinstance(exc, web.HTTPException) else "internal server error")
         headers = {"Retry-After": "1"} if status in (429, 503) else None
         if status == 401:

@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ...errors import EngineUnavailable, InputError, ModelNotFound, NotAllowed, PoolTimeout, RsinferError, Saturated
 from ...pipelines.tensor import TensorPipeline, element_count, numpy_dtype, platform, tensor_metadata
+from ..errors import kserve_message
 from ..logs import ACCESS, REQUEST_ID, request_id
 from ..logs import access as log_access
 from ..state import ServerState
@@ -112,7 +113,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             await context.abort(code, str(exc), trailing_metadata=echo)
         except RsinferError as exc:
             code = code_for(exc)
-            await context.abort(code, str(exc), trailing_metadata=echo)
+            await context.abort(code, kserve_message(exc), trailing_metadata=echo)
         finally:
             elapsed = time.perf_counter() - t0
             self._observe(method, code, elapsed)
@@ -258,7 +259,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
                 yield pb.ModelStreamInferResponse(infer_response=response)
             except RsinferError as exc:
                 code = code_for(exc)
-                yield pb.ModelStreamInferResponse(error_message=str(exc),
+                yield pb.ModelStreamInferResponse(error_message=kserve_message(exc),
                                                   infer_response=pb.ModelInferResponse(id=request.id))
             except Exception:
                 code = grpc.StatusCode.INTERNAL
