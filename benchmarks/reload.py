@@ -7,17 +7,16 @@ and without `warmup:`, each against its baseline from the same run.
   SIGHUP; the time until `/v1/embeddings` on it answers 200 (polled every 5 ms). Baselines: loading the same
   model in-process (`load_model` + its pipeline: the least a reload must do), and what a reload replaces - a
   restart, from `rsinfer serve` starting to listening with both models.
-- **First request**: a fresh server on all-MiniLM (the defaults; then with `warmup: 1`), one query of nine words
-  once it listens, against the median of the next 30. Baseline: the raw pipeline in-process (tokenizers → a new
-  ORT session with the server's latency-lane threads → mean pooling), its first `session.run` against the median
-  of the next 30.
+- **First request**: a fresh server on all-MiniLM (the defaults; then with `warmup: 1`), its first request once it
+  listens - one query of nine words, or a full batch of 32 texts - against the median of the next 30 of the same.
+  Baseline: the raw pipeline in-process (tokenizers → a new ORT session with the server's latency-lane threads →
+  mean pooling), its first query against the median of the next 30.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -27,13 +26,14 @@ import time
 from pathlib import Path
 
 import httpx
-
 from _serve import Serve, append_results
+from batching import machine
 
 ROOT = Path(__file__).resolve().parent
 MODELS = Path(os.environ.get("RSINFER_SHARED_MODELS", ROOT.parent.parent / "shared" / "models"))
 MINILM = MODELS / "all-minilm-l6-v2"
 QUERY = "how do I change the models a server runs without a restart"
+BATCH = [QUERY + " " + QUERY] * 32          # a full batch of 32 texts of 27 tokens
 STEADY = 30
 
 
@@ -49,9 +49,9 @@ def tiny_tensor(folder: Path) -> Path:
     return folder
 
 
-def embed(client: httpx.Client, url: str) -> float:
+def embed(client: httpx.Client, url: str, texts: str | list[str] = QUERY) -> float:
     t0 = time.perf_counter()
-    r = client.post(url + "/v1/embeddings", json={"model": "minilm", "input": QUERY})
+    r = client.post(url + "/v1/embeddings", json={"model": "minilm", "input": texts})
     elapsed = time.perf_counter() - t0
     if r.status_code != 200:
         raise RuntimeError(r.text)
@@ -96,13 +96,13 @@ def load_in_process() -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def first_request(tmp: Path, warmup: bool) -> tuple[float, float]:
+def first_request(tmp: Path, warmup: bool, texts: str | list[str]) -> tuple[float, float]:
     extra = ", warmup: 1" if warmup else ""
     with Serve(f"  - {{name: minilm, kind: embedding, path: '{MINILM}'{extra}}}\n", tmp, name="first") as srv, \
             httpx.Client(timeout=60) as c:
         c.get(srv.url + "/health")             # the connection is up: only the request is timed
-        first = embed(c, srv.url)
-        steady = statistics.median(embed(c, srv.url) for _ in range(STEADY))
+        first = embed(c, srv.url, texts)
+        steady = statistics.median(embed(c, srv.url, texts) for _ in range(STEADY))
     return first, steady
 
 
@@ -111,8 +111,8 @@ def raw_first() -> tuple[float, float]:
     code = f"""
 import time, statistics, numpy as np, onnxruntime as ort
 from tokenizers import Tokenizer
-tok = Tokenizer.from_file('{MINILM}/tokenizer.json')
-opts = ort.SessionOptions(); opts.intra_op_num_threads = os.cpu_count()
+tok = Tokenizer.from_file('{MINILM}/tokenizer.json'); tok.no_padding()
+opts = ort.SessionOptions(); opts.intra_op_num_threads = len(os.sched_getaffinity(0))
 sess = ort.InferenceSession('{MINILM}/onnx/model.onnx', opts, providers=['CPUExecutionProvider'])
 def one():
     t0 = time.perf_counter()
@@ -135,24 +135,20 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     args = ap.parse_args()
-    import onnxruntime
-
     med = statistics.median
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         hup = [sighup_to_serving(tmp) for _ in range(args.runs)]
         loads = [load_in_process() for _ in range(args.runs)]
         restarts = [restart(tmp) for _ in range(args.runs)]
-        cold = [first_request(tmp, False) for _ in range(args.runs)]
-        warm = [first_request(tmp, True) for _ in range(args.runs)]
+        firsts = {(w, n): [first_request(tmp, w, QUERY if n == 1 else BATCH) for _ in range(args.runs)]
+                  for w in (False, True) for n in (1, len(BATCH))}
     raw = [raw_first() for _ in range(args.runs)]
-    cpu = platform.processor() or platform.machine()
     lines = [
         "", "## Reload and warm-up (`reload.py`)", "",
-        f"Machine: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, onnxruntime "
-        f"{onnxruntime.__version__}; run on {time.strftime('%Y-%m-%d')}. Reproduce: `.venv/bin/python "
+        f"Machine: {machine()}; run on {time.strftime('%Y-%m-%d')}. Reproduce: `.venv/bin/python "
         f"benchmarks/reload.py --runs {args.runs}` (medians of {args.runs} runs; the defaults, all-MiniLM-L6-v2 "
-        "fp32 from ../shared/models; one query of nine words).", "",
+        "fp32 from ../shared/models).", "",
         "| SIGHUP → an added all-MiniLM answering | s | ratio to the in-process load |", "|---|---|---|",
         f"| in-process `load_model` + pipeline (baseline) | {med(loads):.2f} | 1.00 |",
         f"| SIGHUP → serving (the server keeps serving its other model) | {med(hup):.2f} | "
@@ -161,12 +157,13 @@ def main() -> int:
         f"{med(restarts) / med(loads):.2f} |", "",
         f"| first request after start | first, ms | steady (median of the next {STEADY}), ms | first / steady |",
         "|---|---|---|---|",
-        f"| raw pipeline in-process, a new session (baseline) | {med(f for f, _ in raw):.1f} | "
-        f"{med(s for _, s in raw):.2f} | {med(f / s for f, s in raw):.1f} |",
-        f"| rsinfer, the defaults (a trial forward at load) | {med(f for f, _ in cold):.1f} | "
-        f"{med(s for _, s in cold):.2f} | {med(f / s for f, s in cold):.1f} |",
-        f"| rsinfer, `warmup: 1` | {med(f for f, _ in warm):.1f} | {med(s for _, s in warm):.2f} | "
-        f"{med(f / s for f, s in warm):.1f} |", ""]
+        f"| raw pipeline in-process, a new session: one query (baseline) | {med(f for f, _ in raw):.1f} | "
+        f"{med(s for _, s in raw):.2f} | {med(f / s for f, s in raw):.2f} |"]
+    for (warmup, n), got in firsts.items():
+        what = f"{'one query' if n == 1 else f'{n} texts'}, {'`warmup: 1`' if warmup else 'the defaults'}"
+        lines.append(f"| rsinfer, {what} | {med(f for f, _ in got):.1f} | {med(s for _, s in got):.2f} | "
+                     f"{med(f / s for f, s in got):.2f} |")
+    lines.append("")
     return append_results(args.out, lines)
 
 

@@ -71,6 +71,9 @@ class TextEncoder:
         self._variants: dict[tuple[str, str], Tokenizer] = {}
         self._lock = threading.Lock()
         self.pad_id = next((i for t in PAD_TOKENS if (i := self._base.token_to_id(t)) is not None), 0)
+        # the default variant made now, at load: making one (a copy of the tokenizer with rsinfer's truncation)
+        # took 22 ms of all-MiniLM's first request (benchmarks/reload.py), 4 ms is the whole of the next ones
+        self._variant("longest_first", "right")
 
     @property
     def tokenizer(self) -> Tokenizer:
