@@ -219,3 +219,37 @@ def test_warmup_inputs_must_name_the_models_inputs(folders, tmp_path):
          "warmup": {"inputs": {"X": {"dims": [3, 2], "data": "random"}}}}])
     model = Registry.load(load_config(cfg)).models["adder"]
     assert model.stats["warmup"]["shapes"] == ["X[3, 2]"] and model.stats["warmup"]["requests"] == 1
+
+
+@pytest.mark.single_process("reloads through the control of the one process")
+def test_a_failed_load_keeps_what_served(server, folders):
+    """A reload whose changed entry cannot load keeps the old version serving; a new entry that cannot load is
+    UNAVAILABLE in the index with the reason, and its requests are a 404 that says why. The next reload of a good
+    file clears it."""
+    import asyncio
+
+    path = server.config_path
+    good = path.read_text()
+    doc = yaml.safe_load(good)
+    doc["models"][2]["path"] = str(folders["root"] / "missing")
+    doc["models"].append({"name": "broken", "kind": "tensor", "path": str(folders["root"] / "missing")})
+    path.write_text(yaml.safe_dump(doc))
+
+    def reload():
+        return asyncio.run_coroutine_threadsafe(server.state.control.reload(), server._loop).result(60)
+
+    try:
+        report = reload()
+        assert set(report.failed) == {"adder", "broken"} and report.added == ["broken"]
+        assert add_request(server.url, "adder").json()["outputs"][0]["data"] == [2.0, 2.0]   # the old one
+        index = {m["name"]: m for m in httpx.post(server.url + "/v2/repository/index").json()}
+        assert index["adder"]["state"] == "READY"
+        assert index["broken"]["state"] == "UNAVAILABLE" and "load failed" in index["broken"]["reason"]
+        r = add_request(server.url, "broken")
+        assert r.status_code == 404 and "not available: its load failed" in r.json()["error"]
+        assert httpx.get(server.url + "/v2/models/broken/ready").status_code == 503
+    finally:
+        path.write_text(good)
+        report = reload()
+    assert report.removed == ["broken"] and report.failed == {}
+    assert httpx.get(server.url + "/v2/models/broken/ready").status_code == 404

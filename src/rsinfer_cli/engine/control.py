@@ -70,7 +70,41 @@ class Report:
 Loaded = tuple[list[LoadedModel], dict[str, RowPipeline]]
 
 
-class ModelControl:
+class Control:
+    """What the fronts ask of whoever changes the served set: this module's ModelControl, or a front-end process's
+    RemoteControl (workers/frontend.py), which asks its engines."""
+
+    runtime: Runtime
+    states: dict[str, ModelState]
+
+    def index(self) -> list[tuple[str, list[str], ModelState]]:
+        """Every configured model: its versions and its state, in config order."""
+        reg = self.runtime.registry
+        states = self.states
+        return [(m.name, reg.versions(m.name) or [v.version for v in m.versions] or ["1"],
+                 states.get(m.name, ModelState(UNAVAILABLE, "not loaded")))
+                for m in self.runtime.config.models]
+
+    def state_of(self, name: str) -> ModelState:
+        state = self.states.get(name)
+        if state is None:
+            raise ModelNotFound(f"model '{name}' is not in the configuration", model=name)
+        return state
+
+    async def reload(self) -> object:
+        raise NotImplementedError
+
+    async def load(self, name: str) -> None:
+        raise NotImplementedError
+
+    async def unload(self, name: str) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class ModelControl(Control):
     """`check(config)` refuses a config the server cannot serve (kinds without routes); `select(config)` keeps the
     models this runtime serves (an engine process: those of its device); `changed()` is told after every change of
     the served set (the fronts refresh what they copied; an engine process tells its front ends). `quiet_s`: how long
@@ -110,56 +144,48 @@ class ModelControl:
 
     # ------------------------------------------------------------ what the fronts call
 
-    def index(self) -> list[tuple[str, list[str], ModelState]]:
-        """Every configured model: its versions and its state, in config order."""
-        reg = self.runtime.registry
-        return [(m.name, reg.versions(m.name) or [v.version for v in m.versions] or ["1"],
-                 self.states.get(m.name, ModelState(UNAVAILABLE, "not loaded")))
-                for m in self.runtime.config.models]
-
-    def state_of(self, name: str) -> ModelState:
-        state = self.states.get(name)
-        if state is None:
-            raise ModelNotFound(f"model '{name}' is not in the configuration", model=name)
-        return state
-
     async def reload(self) -> Report:
         """The config file read again and applied (see the module's docstring). ConfigError: nothing changed."""
         async with self._lock:
             new = await self._read()
             old = self.runtime.config
-            report = Report(restart=[f"server.{f.name}" for f in dataclasses.fields(new.server)
-                                     if getattr(self.file_server, f.name) != getattr(new.server, f.name)])
-            for key in report.restart:
-                log.warning("reload: %s changed: needs a restart (the running value is kept)", key)
+            report = self._diff(old, new)
             before = {m.name: m for m in old.models}
             after = {m.name: m for m in new.models}
-            report.removed = [n for n in before if n not in after]
-            report.added = [n for n in after if n not in before]
-            report.changed = [n for n in after if n in before and after[n] != before[n]]
-            report.unchanged = [n for n in after if n in before and after[n] == before[n]]
-            loads = {n: after[n] for n in (*report.added, *report.changed)}
-            results = await self._load_all(loads, new)
+            results = await self._load_all({n: after[n] for n in (*report.added, *report.changed)}, new)
             for name in report.removed:
                 self._retire(self.runtime.install(name, None, {}))
                 self.states.pop(name, None)
                 self._note_gone(name)
             kept: dict[str, ModelConfig] = {}
             for name, result in results.items():
-                if isinstance(result, BaseException):
-                    report.failed[name] = str(result)
-                    if name in before:       # the old version goes on serving
-                        kept[name] = before[name]
-                        log.error("reload: model %s: the new entry failed to load (%s); still serving the old one",
-                                  name, result)
-                        self._set(name, self.states.get(name, ModelState(READY)).state, quiet=True)
+                if not isinstance(result, BaseException):
+                    self._serve(name, after[name], result)
                     continue
-                self._serve(name, after[name], result)
+                report.failed[name] = str(result)
+                if name in before:       # the old version goes on serving
+                    kept[name] = before[name]
+                    log.error("reload: model %s: the new entry failed to load (%s); still serving the old one",
+                              name, result)
             models = tuple(kept.get(m.name, m) for m in new.models)
             self.runtime.config = dataclasses.replace(old, models=models)
             self._changed()
             log.warning("reload of %s: %s", self.file, report.line())
             return report
+
+    def _diff(self, old: Config, new: Config) -> Report:
+        """What a reload changes, by model name; each `server:` key that changed is logged as needing a restart."""
+        report = Report(restart=[f"server.{f.name}" for f in dataclasses.fields(new.server)
+                                 if getattr(self.file_server, f.name) != getattr(new.server, f.name)])
+        for key in report.restart:
+            log.warning("reload: %s changed: needs a restart (the running value is kept)", key)
+        before = {m.name: m for m in old.models}
+        after = {m.name: m for m in new.models}
+        report.removed = [n for n in before if n not in after]
+        report.added = [n for n in after if n not in before]
+        report.changed = [n for n in after if n in before and after[n] != before[n]]
+        report.unchanged = [n for n in after if n in before and after[n] == before[n]]
+        return report
 
     async def load(self, name: str) -> None:
         """Model `name`'s entry of the config file (read again now) loaded, replacing what serves under that name

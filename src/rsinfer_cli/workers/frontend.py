@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from ..config import Config
-from ..engine.control import ModelState
+from ..config import Config, ModelConfig
+from ..engine.control import Control, ModelState
 from ..engine.model import LoadedModel
 from ..engine.registry import Registry
 from ..engine.scheduler import ModelQueue, Runner
@@ -169,7 +169,7 @@ async def refresh(queues: dict[str, ModelQueue], clients: Sequence[EngineClient]
                 q.waiting, q.queued_rows, q.running = waiting, rows, running
 
 
-class RemoteControl:
+class RemoteControl(Control):
     """The served set of a front-end process: the engines change it (a SIGHUP reaches them through the supervisor;
     the repository API through here), and each pushed catalog is applied to this front end's runtime."""
 
@@ -188,24 +188,12 @@ class RemoteControl:
                 self.owner[wire_key(m)] = client
 
     @property
-    def states(self) -> dict[str, ModelState]:
+    def states(self) -> dict[str, ModelState]:  # type: ignore[override]  # the engines', read-only here
         out: dict[str, ModelState] = {}
         for client in self.clients:
             for name, (state, reason) in client.catalog.get("states", {}).items():
                 out[name] = ModelState(state, reason)
         return out
-
-    def index(self) -> list[tuple[str, list[str], ModelState]]:
-        states = self.states
-        reg = self.runtime.registry
-        return [(m.name, reg.versions(m.name) or [v.version for v in m.versions] or ["1"],
-                 states.get(m.name, ModelState("UNAVAILABLE", "not loaded"))) for m in self.runtime.config.models]
-
-    def state_of(self, name: str) -> ModelState:
-        state = self.states.get(name)
-        if state is None:
-            raise ModelNotFound(f"model '{name}' is not in the configuration", model=name)
-        return state
 
     async def reload(self) -> None:
         for client in self.clients:
@@ -245,46 +233,51 @@ class RemoteControl:
         read) and queues to the engine; names it serves no more stop here; the rest is untouched."""
         async with self._lock:
             catalog = client.catalog
-            rt = self.runtime
-            reg = rt.registry
+            reg = self.runtime.registry
             by_name: dict[str, list[LoadedModel]] = {}
             for m in catalog["models"]:
                 by_name.setdefault(m.name, []).append(m)
             entries = {e.name: e for e in catalog["entries"]}
             mine = {n for n, vs in reg.entries.items() if any(self.owner.get(wire_key(v)) is client for v in vs)}
-            loop = asyncio.get_running_loop()
             for name in sorted(mine | set(by_name)):
-                new = by_name.get(name)
-                old = reg.entries.get(name, [])
-                if new and [wire_key(m) for m in new] == [wire_key(m) for m in old]:
-                    continue
-                if new:
-                    for m in new:
-                        self.owner[wire_key(m)] = client
-                    try:
-                        pipes = await loop.run_in_executor(None, rt.prepare, new)
-                    except Exception as exc:  # noqa: BLE001 - the engine serves it; this front end cannot
-                        log.error("model %s: this front end cannot build its pipeline: %s", name, exc)
-                        continue
-                    replaced = rt.install(name, new, pipes, entries.get(name))
-                else:
-                    replaced = rt.install(name, None, {})
-                if replaced:
-                    timeout = rt.config.server.request_timeout_ms / 1000 + 1
-                    task = asyncio.ensure_future(rt.retire(list(replaced), timeout))
-                    self._retiring.add(task)
-                    task.add_done_callback(self._retiring.discard)
+                await self._update(client, name, by_name.get(name), entries.get(name))
             reg.unavailable.update(catalog.get("unavailable", {}))
             for name in [n for n in reg.unavailable if n in reg.entries]:
                 reg.unavailable.pop(name)
-            served = {m.name for c in self.clients for m in c.catalog.get("models", ())}
-            configured = {m.name: m for c in self.clients for m in c.catalog.get("entries", ())}
-            order = [m.name for m in rt.config.models]
-            models = sorted(configured.values(), key=lambda m: order.index(m.name) if m.name in order else len(order))
-            rt.config = replace(rt.config, models=tuple(models))
-            for name in served - set(reg.entries):
-                log.error("model %s: served by its engine but not by this front end", name)
+            self._adopt_entries()
             self.changed()
+
+    async def _update(self, client: EngineClient, name: str, new: list[LoadedModel] | None,
+                      entry: ModelConfig | None) -> None:
+        """Model `name` as the engine now serves it (`new`: its versions; None: not at all)."""
+        rt = self.runtime
+        old = rt.registry.entries.get(name, [])
+        if new and [wire_key(m) for m in new] == [wire_key(m) for m in old]:
+            return                        # the same loads: untouched
+        if new:
+            for m in new:
+                self.owner[wire_key(m)] = client
+            try:
+                pipes = await asyncio.get_running_loop().run_in_executor(None, rt.prepare, new)
+            except Exception as exc:  # noqa: BLE001 - the engine serves it; this front end cannot
+                log.error("model %s: served by its engine, but this front end cannot build its pipeline: %s",
+                          name, exc)
+                return
+            replaced = rt.install(name, new, pipes, entry)
+        else:
+            replaced = rt.install(name, None, {})
+        if replaced:
+            task = asyncio.ensure_future(rt.retire(list(replaced), rt.config.server.request_timeout_ms / 1000 + 1))
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+
+    def _adopt_entries(self) -> None:
+        """The config's models as the engines have them now (for the repository index), in the order known."""
+        rt = self.runtime
+        configured = {m.name: m for c in self.clients for m in c.catalog.get("entries", ())}
+        order = [m.name for m in rt.config.models]
+        models = sorted(configured.values(), key=lambda m: order.index(m.name) if m.name in order else len(order))
+        rt.config = replace(rt.config, models=tuple(models))
 
     async def close(self) -> None:
         for task in list(self._retiring):
