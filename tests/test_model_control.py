@@ -253,3 +253,25 @@ def test_a_failed_load_keeps_what_served(server, folders):
         report = reload()
     assert report.removed == ["broken"] and report.failed == {}
     assert httpx.get(server.url + "/v2/models/broken/ready").status_code == 404
+
+
+def test_inspect_says_what_warmup_ran(folders, tmp_path):
+    """`rsinfer inspect` shows what the entry's warm-up ran (JSON and the table), and that a model has none."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    cfg = write_config(tmp_path / "rsinfer.yaml", [
+        {"name": "warm", "kind": "tensor", "path": str(folders["plus1"]), "max_batch_size": 4, "warmup": 3},
+        {"name": "cold", "kind": "tensor", "path": str(folders["plus1"])}])
+    run = [sys.executable, "-m", "rsinfer_cli", "inspect"]
+    proc = subprocess.run([*run, "warm", "--config", str(cfg), "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ran = json.loads(proc.stdout)["warmup"]
+    assert ran["requests"] == 3 and ran["shapes"] == ["batch 1", "batch 4"] and ran["forwards"] == 6
+    env = {**os.environ, "COLUMNS": "200"}
+    table = subprocess.run([*run, "warm", "--config", str(cfg)], capture_output=True, text=True, timeout=120, env=env)
+    assert "6 forwards (batch 1, batch 4)" in table.stdout
+    cold = subprocess.run([*run, "cold", "--config", str(cfg), "--json"], capture_output=True, text=True, timeout=120)
+    assert json.loads(cold.stdout)["warmup"] is None

@@ -58,6 +58,7 @@ def inspect_report(model: Any, kind_reason: str, plan: Any = None) -> dict[str, 
                       "max_len_source": model.max_len_source if r.tokenizer_path else "no tokenizer"},
         "aux_files": r.aux_origin,
         "pipeline": describe(model),
+        "warmup": model.stats.get("warmup"),     # what `warmup:` ran (engine/warmup.py), None without one
         "threads": {**threads.to_json(), "plan": threads.describe(),
                     **({"cpus": plan.cpus.to_json(), "warnings": list(plan.warnings)} if plan is not None else {})},
     }
@@ -94,6 +95,9 @@ def _print_table(rep: dict[str, Any]) -> None:
     if "cpus" in th:
         head.add_row("CPUs", f"{th['cpus']['count']} ({'; '.join(th['cpus']['why'])})")
     head.add_row("threads", th["plan"])
+    ran = rep["warmup"]
+    head.add_row("warm-up", f"{ran['forwards']} forwards ({', '.join(ran['shapes'])}) in {ran['seconds']:.2f}s"
+                 if ran else "none (models[].warmup)")
     for w in th.get("warnings", ()):
         head.add_row("", f"[yellow]{escape(w)}[/]")
     for key, value in rep["pipeline"].items():
