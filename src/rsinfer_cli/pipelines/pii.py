@@ -21,7 +21,7 @@ from ..config import opt
 from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, softmax
-from .recognizers import DEFAULT_RECOGNIZERS, ID_REGIONS, RECOGNIZERS, check_regions, recognize
+from .recognizers import DEFAULT_RECOGNIZERS, ID_REGIONS, RECOGNIZERS, check_regions, recognize, shapes
 from .recognizers import TYPES as RECOGNIZED
 from .text import Encoded, TextPipeline
 
@@ -237,13 +237,24 @@ def decode(text: str, offsets: Sequence[tuple[int, int]], label_ids: Array, prob
 
 def with_recognized(text: str, model: list[Entity], names: Sequence[str],
                     regions: Sequence[str] = ("US",)) -> list[Entity]:
-    """Validated matches (score 1.0) added to the model's spans; a model span overlapping a match gives way."""
+    """Validated matches (score 1.0) added to the model's spans; a model span overlapping a match gives way. So does
+    one inside a number of a checksum type whose check failed ("0044 0532" inside a mistyped IBAN is a piece of it,
+    not a phone number: recognizers.shapes), and a model phone number that is such a number whole."""
     matches = [Entity(m.entity_type, text[m.start:m.end], 1.0, m.start, m.end, m.scheme)
                for m in recognize(text, names, regions)]
-    if not matches:
-        return model
-    kept = [e for e in model if not any(e.start < m.end and m.start < e.end for m in matches)]
+    if not model:
+        return matches
+    spans = shapes(text, names, regions)
+
+    def within(e: Entity) -> bool:
+        return any(a <= e.start and e.end <= b and ((a, b) != (e.start, e.end) or e.entity_type in PHONE_LABELS)
+                   for a, b in spans)
+
+    kept = [e for e in model if not any(e.start < m.end and m.start < e.end for m in matches) and not within(e)]
     return sorted(kept + matches, key=lambda e: (e.start, e.end))
+
+
+PHONE_LABELS = frozenset({"PHONE", "PHONE_NUMBER", "PHONENUMBER", "TELEPHONE", "TELEPHONENUM"})
 
 
 # the address labels of PII models (rampart's, and the usual spellings of others)

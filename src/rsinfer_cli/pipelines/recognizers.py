@@ -215,6 +215,26 @@ def recognize(text: str, names: Sequence[str], regions: Sequence[str] = ("US",))
     return sorted(kept, key=lambda m: (m.start, m.end))
 
 
+def shapes(text: str, names: Sequence[str], regions: Sequence[str] = ("US",)) -> list[tuple[int, int]]:
+    """Where the checksum types' candidates stand (IBANs, card numbers, national ids, SSNs), whether or not their
+    check passes: digits inside one are a part of that number - a mistyped IBAN - and never a phone number or an id
+    of their own."""
+    out: list[tuple[int, int]] = []
+    if "iban" in names:
+        out += [m.span() for m in _IBAN.finditer(text)]
+    if "credit_card" in names:
+        out += [m.span() for m in _CARD.finditer(text)]
+    if "ssn" in names:
+        out += [m.span() for m in _SSN.finditer(text)]
+    if "national_id" in names:
+        global _SCHEMES
+        if _SCHEMES is None:
+            _SCHEMES = _schemes()
+        out += [m.span() for region in regions for _, pattern, _ in _SCHEMES.get(region, ())
+                for m in pattern.finditer(text)]
+    return out
+
+
 def to_json(m: Match) -> dict[str, Any]:
     out: dict[str, Any] = {"entity_type": m.entity_type, "start": m.start, "end": m.end}
     if m.scheme is not None:
