@@ -83,6 +83,8 @@ _rsinfer() {
                 --regions) return ;;
                 --on-error) return ;;
                 --batch-lines) return ;;
+                --patterns) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --allow) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --model|-m) return ;;
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -90,7 +92,7 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --threshold --types --regions --on-error --allow-missing --batch-lines --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --threshold --types --regions --on-error --allow-missing --batch-lines --patterns --allow --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         download)
             case "$prev" in
                 --revision) return ;;
@@ -184,6 +186,8 @@ _rsinfer() {
                 --on-error) return ;;
                 --hash-salt) return ;;
                 --batch-lines) return ;;
+                --patterns) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --allow) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --model|-m) return ;;
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -191,7 +195,7 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --mode --mask-char --replacement --threshold --types --regions --spans --on-error --allow-missing --hash-salt --batch-lines --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --mode --mask-char --replacement --threshold --types --regions --spans --on-error --allow-missing --hash-salt --batch-lines --patterns --allow --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         rerank)
             case "$prev" in
                 --query|-q) return ;;

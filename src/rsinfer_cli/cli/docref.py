@@ -154,6 +154,9 @@ def _sections() -> list[tuple[type, str, str]]:
         options = families.options_class(kind)
         if options is not None and dataclasses.fields(options):
             out.append((options, "models[].", f"### `kind: {kind}`: its own keys, written flat in the model entry"))
+    from ..pipelines.pii_rules import PatternSpec
+
+    out.append((PatternSpec, "models[].pii_patterns[].", "### `models[].pii_patterns[]` (kind: pii)"))
     return out
 
 

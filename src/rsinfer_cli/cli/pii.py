@@ -100,6 +100,7 @@ class Run:
     spans: bool = True
     salt: bytes | None = None
     batch_lines: int = 256
+    rules: Any = None            # --patterns / --allow: pii_rules.Rules beside the model entry's own
 
     def check(self) -> None:
         """Each flag's own rule, before any model loads (ConfigError naming the flag)."""
@@ -136,7 +137,7 @@ def _run(run: Run, input_: Path | None, pipe_args: dict[str, Any]) -> None:
     lines = read_lines(input_)
     shot = load_pipeline(PiiPipeline, flags={"pii_regions": "--regions"}, **pipe_args)
     pipe = shot.pipe
-    unknown = sorted(set(run.types or ()) - set(pipe.types))
+    unknown = sorted(set(run.types or ()) - set(pipe.types) - set(run.rules.types if run.rules else ()))
     if unknown:
         raise ConfigError(f"--types: the model has no {', '.join(unknown)} (it has {', '.join(pipe.types)})")
     if run.redacting and run.mode == "hash" and run.salt is None and pipe.salt_source.startswith("random"):
@@ -240,9 +241,10 @@ class _Output:
             return [], []
         if run.redacting:
             res = shot.run(shot.pipe.plan_redact, texts, mode=run.mode, mask_char=run.mask_char,
-                           replacement=run.replacement, threshold=run.threshold, types=run.types, salt=run.salt)
+                           replacement=run.replacement, threshold=run.threshold, types=run.types, salt=run.salt,
+                           rules=run.rules)
             return res.texts, [[e.to_json() for e in found] for found in res.spans]
-        det = shot.run(shot.pipe.plan_detect, texts, run.threshold, run.types)
+        det = shot.run(shot.pipe.plan_detect, texts, run.threshold, run.types, run.rules)
         return texts, [[e.to_json() for e in found] for found in det.entities]
 
     def _write(self, it: Item, new: list[str], shown: list[list[dict[str, Any]]], k: int) -> int:
@@ -280,6 +282,44 @@ def _types(value: str | None) -> tuple[str, ...] | None:
     return wanted or None
 
 
+def _rules(patterns: Path | None, allow: Path | None) -> Any:
+    """--patterns FILE (YAML or JSON: a list of pii_patterns entries) and --allow FILE (one value a line) as the
+    run's rules; ConfigError naming the file and the entry."""
+    if patterns is None and allow is None:
+        return None
+    import yaml
+
+    from ..errors import ConfigError, InputError
+    from ..pipelines.pii_rules import Pattern, Rules, spec_of
+
+    compiled = []
+    if patterns is not None:
+        try:
+            data = yaml.safe_load(patterns.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"--patterns {patterns}: cannot read it: {exc}") from None
+        if isinstance(data, dict) and "pii_patterns" in data:
+            data = data["pii_patterns"]
+        if not isinstance(data, list):
+            raise ConfigError(f"--patterns {patterns}: expected a list of patterns (or `pii_patterns:` with one)")
+        try:
+            compiled = [Pattern(spec_of(raw, f"[{i}]"), f"[{i}]") for i, raw in enumerate(data)]
+        except InputError as exc:
+            raise ConfigError(f"--patterns {patterns}: {exc}") from None
+    values: list[str] = []
+    if allow is not None:
+        try:
+            values = [line.strip() for line in allow.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except OSError as exc:
+            raise ConfigError(f"--allow {allow}: cannot read it: {exc.strerror}") from None
+    return Rules(compiled, values)
+
+
+PATTERNS_OPT = typer.Option(None, "--patterns", help="YAML or JSON file: a list of pattern recognizers "
+                            "({entity_type, regex, name, validator, context, score}, as pii_patterns).")
+ALLOW_OPT = typer.Option(None, "--allow", help="File of values never redacted, one a line (any case).")
+
+
 def _regions(value: str | None) -> tuple[str, ...] | None:
     return tuple(r.strip().upper() for r in value.split(",") if r.strip()) if value else None
 
@@ -302,12 +342,15 @@ def redact_cmd(
     hash_salt: str = typer.Option(None, "--hash-salt", envvar="RSINFER_PII_HASH_SALT", show_envvar=False,
                                   help="Salt for --mode hash (also $RSINFER_PII_HASH_SALT)."),
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines redacted together (memory stays bounded)."),
+    patterns: Path = PATTERNS_OPT,
+    allow: Path = ALLOW_OPT,
     source: ModelFlags = MODEL_FLAGS,
 ) -> None:
     run = Run(redacting=True, fields=tuple(fields or ("text",)), plain=plain, on_error=on_error,
               allow_missing=allow_missing, mode=mode, mask_char=mask_char, replacement=replacement,
               threshold=threshold, types=_types(types), spans=spans,
-              salt=hash_salt.encode("utf-8") if hash_salt else None, batch_lines=batch_lines)
+              salt=hash_salt.encode("utf-8") if hash_salt else None, batch_lines=batch_lines,
+              rules=_rules(patterns, allow))
     _run(run, input_, {**source.options(), "pii_regions": _regions(regions)})
 
 
@@ -322,10 +365,13 @@ def detect_cmd(
     on_error: str = ON_ERROR_OPT,
     allow_missing: bool = ALLOW_MISSING_OPT,
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines scanned together (memory stays bounded)."),
+    patterns: Path = PATTERNS_OPT,
+    allow: Path = ALLOW_OPT,
     source: ModelFlags = MODEL_FLAGS,
 ) -> None:
     run = Run(redacting=False, fields=tuple(fields or ("text",)), plain=plain, on_error=on_error,
-              allow_missing=allow_missing, threshold=threshold, types=_types(types), batch_lines=batch_lines)
+              allow_missing=allow_missing, threshold=threshold, types=_types(types), batch_lines=batch_lines,
+              rules=_rules(patterns, allow))
     _run(run, input_, {**source.options(), "pii_regions": _regions(regions)})
 
 

@@ -50,6 +50,8 @@ def convert(tp: Any, value: Any, path: str, meta: dict[str, Any], errs: Errors) 
     if origin is dict:          # a mapping of names to values (e.g. an embedding model's `prompts`)
         return _mapping(tp, value, path, meta, errs)
     if origin is tuple:
+        if meta.get("one_or_many") and isinstance(value, str):    # `regex: "..."` for `regex: ["..."]`
+            value = [value]
         return _list(tp, value, path, meta, errs)
     return _scalar(tp, value, path, meta, errs)
 

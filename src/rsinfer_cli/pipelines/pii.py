@@ -21,6 +21,7 @@ from ..config import opt
 from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, softmax
+from .pii_rules import Found, Pattern, PatternSpec, Rules
 from .recognizers import DEFAULT_RECOGNIZERS, ID_REGIONS, RECOGNIZERS, check_regions, recognize, shapes
 from .recognizers import TYPES as RECOGNIZED
 from .text import Encoded, TextPipeline
@@ -257,6 +258,21 @@ def with_recognized(text: str, model: list[Entity], names: Sequence[str],
 PHONE_LABELS = frozenset({"PHONE", "PHONE_NUMBER", "PHONENUMBER", "TELEPHONE", "TELEPHONENUM"})
 
 
+def with_rules(text: str, entities: list[Entity], rules: Rules, threshold: float) -> list[Entity]:
+    """The deny list's values and the custom patterns' matches (those scoring at least `threshold`) added; a model
+    span overlapping one gives way, and of overlapping matches the longer wins."""
+    found: list[Found] = sorted((f for f in rules.found(text) if f.score >= threshold),
+                                key=lambda f: (-(f.end - f.start), -f.score, f.start))
+    if not found:
+        return entities
+    matches: list[Entity] = []
+    for f in found:
+        if not any(f.start < m.end and m.start < f.end for m in matches):
+            matches.append(Entity(f.entity_type, text[f.start:f.end], f.score, f.start, f.end))
+    kept = [e for e in entities if not any(e.start < m.end and m.start < e.end for m in matches)]
+    return sorted(kept + matches, key=lambda e: (e.start, e.end))
+
+
 # the address labels of PII models (rampart's, and the usual spellings of others)
 ADDRESS_PARTS = frozenset({"BUILDING_NUMBER", "STREET_NAME", "STREET", "STREET_ADDRESS", "SECONDARY_ADDRESS", "CITY",
                            "STATE", "ZIP_CODE", "ZIPCODE", "POSTCODE", "POSTAL_CODE", "COUNTY", "ADDRESS"})
@@ -419,9 +435,27 @@ class PiiOptions:
     # a word between two address parts belongs to the address when the model gave it an address label with at
     # least this probability (below `threshold`, so it was not labelled)
     address_gap_threshold: float = opt(0.2, ge=0, le=1)
+    # pattern recognizers of your own: {entity_type, regex, name, validator, context, score} (pipelines/pii_rules.py)
+    pii_patterns: tuple[PatternSpec, ...] = ()
+    # values never redacted (compared after NFKC normalisation and case folding; regex: RE2, whole text)
+    allow_list: tuple[str, ...] = ()
+    # exact (NFKC normalised, case folded) | regex (RE2; the whole value must match)
+    allow_list_match: str = opt("exact", choices=("exact", "regex"))
+    # values always redacted, by entity type: {EMPLOYEE_NAME: [Jane Roe]} (whole words, any case)
+    deny_list: dict[str, tuple[str, ...]] | None = None
+
+    def rules(self) -> Rules:
+        """The patterns and lists compiled (InputError naming the key of a bad one)."""
+        patterns = [Pattern(spec, f"pii_patterns[{i}]") for i, spec in enumerate(self.pii_patterns)]
+        return Rules(patterns, self.allow_list, self.allow_list_match == "regex", self.deny_list)
 
     def check(self) -> list[tuple[str, str]]:
         errors = []
+        try:
+            self.rules()
+        except InputError as exc:
+            where, _, why = exc.message.partition(": ")
+            errors.append((where, why))
         unknown = check_regions(self.pii_regions)
         for region in unknown:
             i = self.pii_regions.index(region)
@@ -454,6 +488,7 @@ class PiiPipeline(TextPipeline):
                                  f"has {len(self.labels)}", model=cfg.name)
         self.recognizers = opts.pii_recognizers
         self.regions = tuple(r.upper() for r in opts.pii_regions)
+        self.rules = opts.rules()          # the entry's own patterns, allow and deny lists (pii_rules.py)
         # load phonenumbers' metadata and python-stdnum's tables now, not on the first request (~50 ms)
         recognize("+1 415 555 0100, DE89 3704 0044 0532 0130 00, 4111 1111 1111 1111", self.recognizers,
                   self.regions)
@@ -462,7 +497,7 @@ class PiiPipeline(TextPipeline):
         model_types = {parse_tag(label)[1] for label in self.labels} - {""}
         self.address_columns = [i for i, label in enumerate(self.labels) if parse_tag(label)[1] in ADDRESS_PARTS]
         merged = {"ADDRESS"} if "address" in self.merge and self.address_columns else set()
-        self.types = sorted(model_types | {RECOGNIZED[r] for r in self.recognizers} | merged)
+        self.types = sorted(model_types | {RECOGNIZED[r] for r in self.recognizers} | merged | set(self.rules.types))
         tok = self.encoder.tokenizer
         probe, bare = tok.encode("x", add_special_tokens=True).ids, tok.encode("x", add_special_tokens=False).ids
         at = next((i for i in range(len(probe)) if probe[i:i + len(bare)] == bare), 0)
@@ -481,7 +516,7 @@ class PiiPipeline(TextPipeline):
         return {"kind": "pii", "output": self.output, "labels": self.labels, "entity_types": self.types,
                 "threshold": self.threshold, "window_tokens": self.window, "window_overlap": self.overlap,
                 "recognizers": list(self.recognizers), "regions": list(self.regions), "merge": list(self.merge),
-                "hash_salt": self.salt_source}
+                "hash_salt": self.salt_source, **({"rules": self.rules.describe()} if not self.rules.empty else {})}
 
     def reduce(self, out: Array, mask: Array) -> Array:
         return softmax(out.astype(np.float32, copy=False))
@@ -517,18 +552,21 @@ class PiiPipeline(TextPipeline):
 
         return Encoded(ids=ids, type_ids=type_ids), per_text
 
-    def check_options(self, threshold: float | None, types: Sequence[str] | None) -> None:
-        """`threshold` in [0, 1] and `types` among what the model and the recognizers can find (InputError)."""
+    def check_options(self, threshold: float | None, types: Sequence[str] | None, rules: Rules | None = None) -> None:
+        """`threshold` in [0, 1] and `types` among what the model, the recognizers and the rules can find
+        (InputError)."""
         check_threshold(threshold)
         if types is not None:
-            unknown = [t for t in types if t not in self.types]
+            known = set(self.types) | set(rules.types if rules is not None else ())
+            unknown = [t for t in types if t not in known]
             if unknown:
                 raise InputError(f"unknown entity type(s) {', '.join(map(repr, unknown))}; this model finds "
                                  f"{', '.join(self.types)}", param="types")
 
     def _entities(self, texts: Sequence[str], per_text: list[tuple[Any, Array]], threshold: float | None,
-                  types: Sequence[str] | None) -> list[list[Entity]]:
+                  types: Sequence[str] | None, rules: Rules | None = None) -> list[list[Entity]]:
         thr = self.threshold if threshold is None else float(threshold)
+        rules = self.rules if rules is None else self.rules.merged(rules)
         keep = set(types) if types is not None else None
         if keep is not None and keep & ADDRESS_PARTS:
             keep.add("ADDRESS")             # an address asked for by its parts comes whole
@@ -536,11 +574,13 @@ class PiiPipeline(TextPipeline):
         for text, (enc, probs) in zip(texts, per_text, strict=True):
             ents = decode(text, enc.offsets, probs.argmax(axis=-1), probs.max(axis=-1), self.labels, thr) \
                 if len(probs) else []
+            if not rules.empty:
+                ents = with_rules(text, ents, rules, thr)
             if self.recognizers:
                 ents = with_recognized(text, ents, self.recognizers, self.regions)
             if "address" in self.merge and self.address_columns and len(probs):
                 ents = merge_addresses(text, ents, self._weak(enc.offsets, probs))
-            found.append([e for e in ents if keep is None or e.entity_type in keep])
+            found.append([e for e in ents if (keep is None or e.entity_type in keep) and not rules.allowed(e.text)])
         return found
 
     def _weak(self, offsets: Sequence[tuple[int, int]], probs: Array) -> Callable[[int, int], bool]:
@@ -556,24 +596,26 @@ class PiiPipeline(TextPipeline):
         return weak
 
     def plan_detect(self, texts: Sequence[str], threshold: float | None = None,
-                    types: Sequence[str] | None = None) -> Work[Detection]:
-        self.check_options(threshold, types)
+                    types: Sequence[str] | None = None, rules: Rules | None = None) -> Work[Detection]:
+        """`rules`: a request's own patterns, allow and deny lists (pii_rules.request_rules), beside the entry's."""
+        self.check_options(threshold, types, rules)
         timing = Timing()
         enc, per_text = self.plan_probs(texts, timing)
-        return self.work(enc, lambda rows: Detection(self._entities(texts, per_text(rows), threshold, types),
+        return self.work(enc, lambda rows: Detection(self._entities(texts, per_text(rows), threshold, types, rules),
                                                      timing), timing)
 
     def plan_redact(self, texts: Sequence[str], *, mode: str = "mask", mask_char: str = "*",
                     replacement: str | None = None, threshold: float | None = None,
-                    types: Sequence[str] | None = None, salt: bytes | None = None) -> Work[Redaction]:
+                    types: Sequence[str] | None = None, salt: bytes | None = None,
+                    rules: Rules | None = None) -> Work[Redaction]:
         redact("", [], mode, mask_char)  # validate the options before any work
-        self.check_options(threshold, types)
+        self.check_options(threshold, types, rules)
         key = self.salt if salt is None else salt
         timing = Timing()
         enc, per_text = self.plan_probs(texts, timing)
 
         def finish(rows: list[Any]) -> Redaction:
-            det = Detection(self._entities(texts, per_text(rows), threshold, types), timing)
+            det = Detection(self._entities(texts, per_text(rows), threshold, types, rules), timing)
             done = [redact_spans(t, ents, mode, mask_char, replacement, key)
                     for t, ents in zip(texts, det.entities, strict=True)]
             return Redaction([d[0] for d in done], det, [d[1] for d in done])
@@ -581,8 +623,8 @@ class PiiPipeline(TextPipeline):
         return self.work(enc, finish, timing)
 
     def detect(self, texts: Sequence[str], threshold: float | None = None,
-               types: Sequence[str] | None = None) -> Detection:
-        return self.run(self.plan_detect(texts, threshold, types))
+               types: Sequence[str] | None = None, rules: Rules | None = None) -> Detection:
+        return self.run(self.plan_detect(texts, threshold, types, rules))
 
     def redact(self, texts: Sequence[str], **kw: Any) -> Redaction:
         return self.run(self.plan_redact(texts, **kw))

@@ -12,6 +12,7 @@ from msgspec import Meta
 from ...errors import InputError
 from ...pipelines import pii
 from ...pipelines.pii import PiiPipeline
+from ...pipelines.pii_rules import request_rules
 from ..errors import RequestValidationError
 from ..schemas import Model, Op, Probability, Request, Response, Usage
 from .common import Call, begin, check_chars, check_count, json_response, usage
@@ -25,6 +26,14 @@ class PiiRequest(Request):
     model: Model = None
     threshold: Probability | None = None
     types: Annotated[list[str] | None, Meta(description="Entity types to keep; unknown types are a 400")] = None
+    patterns: Annotated[list[dict[str, Any]] | None, Meta(description=(
+        "This request's own pattern recognizers (at most 32): {entity_type, regex (RE2; a string or a list), name, "
+        "validator (luhn | iban | stdnum.<module>), context, score}; Presidio's ad-hoc recognizer shape too"))] = None
+    allow_list: Annotated[list[str] | None, Meta(description="Values never redacted nor reported (NFKC, any case)"
+                                                 )] = None
+    allow_list_match: Literal["exact", "regex"] = "exact"
+    deny_list: Annotated[dict[str, list[str]] | None, Meta(description="{ENTITY_TYPE: [values]}: always found, as "
+                                                            "whole words in any case")] = None
 
 
 class RedactRequest(PiiRequest):
@@ -123,11 +132,12 @@ def _texts(call: Call[PiiRequest]) -> tuple[list[str], bool]:
 
 
 def _options(call: Call[PiiRequest]) -> dict[str, Any]:
-    """`threshold` and `types`, checked now (a 400 before any work): a typo in `types` must never mean "redact
-    nothing"."""
-    threshold, types = call.req.threshold, call.req.types
-    call.pipeline(PiiPipeline).check_options(threshold, types)
-    return {"threshold": threshold, "types": types}
+    """`threshold`, `types` and the request's own rules (patterns, allow and deny lists), checked and compiled now (a
+    400 before any work): a typo in `types` must never mean "redact nothing"."""
+    req = call.req
+    rules = request_rules(req.patterns, req.allow_list, req.allow_list_match, req.deny_list)
+    call.pipeline(PiiPipeline).check_options(req.threshold, req.types, rules)
+    return {"threshold": req.threshold, "types": req.types, "rules": rules}
 
 
 @routes.post("/pii/detect")

@@ -1,0 +1,240 @@
+"""What a data team adds to PII detection: pattern recognizers of its own (employee numbers, ticket ids), values never
+redacted (an allow list) and values always redacted (a deny list) - in the model entry, and per request (Presidio's
+`ad_hoc_recognizers`, `allow_list`, `deny_list`).
+
+- A pattern's regular expressions run on RE2 (google-re2): linear time in the text, whatever the pattern, so a
+  pattern that would backtrack catastrophically in Python's `re` (`(a+)+$`) cannot stall a request. RE2 has no
+  backreferences or lookaround; a pattern that uses them is refused when it is compiled, with the reason.
+- `validator`: `luhn`, `iban`, or a python-stdnum module by name (`stdnum.ean`, `stdnum.de.idnr`); a match that
+  fails it is dropped. `context`: words that raise the score by 0.35 (at most 1.0) when one stands among the five
+  words before the match (Presidio's context enhancer, its defaults). A match is kept when its score reaches the
+  request's threshold.
+- The allow list: an entity whose whole text is an allowed value is never redacted nor reported. Values compare
+  after Unicode NFKC normalisation and case folding ("ACME GmbH" allows "Acme GmbH"); with `allow_list_match:
+  regex`, each entry is an RE2 expression that must match the whole text.
+- The deny list: `{ENTITY_TYPE: [values]}`; each value is found as a whole word (not inside a longer word),
+  ignoring case, and always redacted as that type.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import opt
+from ..errors import InputError
+
+CONTEXT_BOOST = 0.35          # Presidio's context_similarity_factor
+CONTEXT_WORDS = 5             # words before a match searched for context (Presidio's prefix count)
+MAX_PATTERNS = 32             # per request
+MAX_REGEXES = 8               # per pattern
+MAX_REGEX_CHARS = 1000
+MAX_VALUES = 1000             # allow or deny values per request, each of at most
+MAX_VALUE_CHARS = 200
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class PatternSpec:
+    """A pattern recognizer of your own (`pii_patterns` in the model entry; a request's `patterns`)."""
+
+    # the entity type its matches get (EMPLOYEE_ID)
+    entity_type: str
+    # RE2 regular expressions (a string or a list): no backreferences or lookaround, linear time
+    regex: tuple[str, ...] = opt((), one_or_many=True)
+    # its name, for `describe` and errors (default: the entity type)
+    name: str | None = None
+    # luhn | iban | a python-stdnum module (stdnum.ean, stdnum.de.idnr): a match that fails it is dropped
+    validator: str | None = None
+    # words that raise the score by 0.35 when one stands among the five words before a match
+    context: tuple[str, ...] = ()
+    # the score of a match (kept when it reaches the threshold)
+    score: float = opt(0.85, ge=0, le=1)
+
+
+@dataclass(frozen=True)
+class Found:
+    entity_type: str
+    start: int
+    end: int
+    score: float
+
+
+def _validator(name: str, where: str) -> Callable[[str], bool]:
+    """`luhn`, `iban` or `stdnum.<module>` → its `is_valid`."""
+    module = {"luhn": "stdnum.luhn", "iban": "stdnum.iban"}.get(name, name)
+    if not module.startswith("stdnum."):
+        raise InputError(f"{where}.validator: '{name}' is not luhn, iban or a python-stdnum module "
+                         "(stdnum.ean, stdnum.de.idnr, ...)", param=f"{where}.validator")
+    try:
+        valid = importlib.import_module(module).is_valid
+    except (ImportError, AttributeError):
+        raise InputError(f"{where}.validator: python-stdnum has no module '{module}' with is_valid",
+                         param=f"{where}.validator") from None
+    if name == "luhn":
+        return lambda value: bool(valid(re.sub(r"\D", "", value)))
+    return lambda value: bool(valid(value))
+
+
+def compile_re2(expr: str, where: str) -> Any:
+    import re2
+
+    if len(expr) > MAX_REGEX_CHARS:
+        raise InputError(f"{where}: a regular expression of {len(expr)} characters; at most {MAX_REGEX_CHARS}",
+                         param=where)
+    options = re2.Options()
+    options.log_errors = False           # the error is ours to report, not RE2's to print on stderr
+    try:
+        return re2.compile(expr, options)
+    except re2.error as exc:   # RE2 says why: a backreference, a lookaround, a syntax error
+        why = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise InputError(f"{where}: {expr!r} is not an RE2 regular expression: {why}", param=where) from None
+
+
+class Pattern:
+    def __init__(self, spec: PatternSpec, where: str) -> None:
+        if not spec.entity_type or not re.fullmatch(r"[A-Z][A-Z0-9_]*", spec.entity_type):
+            raise InputError(f"{where}.entity_type: '{spec.entity_type}' is not an entity type (capitals, digits "
+                             "and underscores: EMPLOYEE_ID)", param=f"{where}.entity_type")
+        if not spec.regex:
+            raise InputError(f"{where}.regex: a pattern needs at least one regular expression", param=f"{where}.regex")
+        if len(spec.regex) > MAX_REGEXES:
+            raise InputError(f"{where}.regex: {len(spec.regex)} regular expressions; at most {MAX_REGEXES}",
+                             param=f"{where}.regex")
+        self.name = spec.name or spec.entity_type
+        self.entity_type = spec.entity_type
+        self.regexes = [compile_re2(r, f"{where}.regex[{i}]") for i, r in enumerate(spec.regex)]
+        self.valid = _validator(spec.validator, where) if spec.validator else None
+        self.context = frozenset(unicodedata.normalize("NFKC", w).casefold() for w in spec.context)
+        self.score = spec.score
+
+    def find(self, text: str) -> list[Found]:
+        out: list[Found] = []
+        seen: set[tuple[int, int]] = set()
+        for rx in self.regexes:
+            for m in rx.finditer(text):
+                a, b = m.span()
+                if a == b or (a, b) in seen:
+                    continue
+                seen.add((a, b))
+                if self.valid is not None and not self.valid(text[a:b]):
+                    continue
+                score = self.score
+                if self.context and self._in_context(text, a):
+                    score = min(1.0, score + CONTEXT_BOOST)
+                out.append(Found(self.entity_type, a, b, score))
+        return out
+
+    def _in_context(self, text: str, start: int) -> bool:
+        words = _WORD.findall(text[max(0, start - 200):start])[-CONTEXT_WORDS:]
+        return any(unicodedata.normalize("NFKC", w).casefold() in self.context for w in words)
+
+
+def normalise(value: str) -> str:
+    return unicodedata.normalize("NFKC", value).casefold()
+
+
+class Rules:
+    """Patterns, allow and deny lists, compiled: the model entry's, or the entry's with a request's added."""
+
+    def __init__(self, patterns: Sequence[Pattern] = (), allow: Sequence[str] = (), allow_regex: bool = False,
+                 deny: Mapping[str, Sequence[str]] | None = None) -> None:
+        self.patterns = list(patterns)
+        self.allow_values = frozenset(normalise(v) for v in allow) if not allow_regex else frozenset()
+        self.allow_regexes = [compile_re2(v, f"allow_list[{i}]") for i, v in enumerate(allow)] if allow_regex \
+            else []
+        self.deny = {t: list(vs) for t, vs in (deny or {}).items() if vs}
+        self._deny = [(t, re.compile(r"(?<!\w)(?:" + "|".join(re.escape(v) for v in sorted(vs, key=len, reverse=True))
+                                     + r")(?!\w)", re.IGNORECASE)) for t, vs in self.deny.items()]
+        self.types = sorted({p.entity_type for p in self.patterns} | set(self.deny))
+
+    @property
+    def empty(self) -> bool:
+        return not (self.patterns or self.allow_values or self.allow_regexes or self.deny)
+
+    def found(self, text: str) -> list[Found]:
+        """The deny list's values (score 1.0) and the patterns' matches in `text`."""
+        out = [Found(t, *m.span(), 1.0) for t, rx in self._deny for m in rx.finditer(text)]
+        for p in self.patterns:
+            out.extend(p.find(text))
+        return out
+
+    def allowed(self, value: str) -> bool:
+        if self.allow_values and normalise(value) in self.allow_values:
+            return True
+        return any(rx.fullmatch(value) is not None for rx in self.allow_regexes)
+
+    def describe(self) -> dict[str, Any]:
+        return {"patterns": [{"name": p.name, "entity_type": p.entity_type} for p in self.patterns],
+                "allow_list": len(self.allow_values) + len(self.allow_regexes),
+                "deny_list": {t: len(vs) for t, vs in self.deny.items()}}
+
+    def merged(self, other: Rules) -> Rules:
+        out = Rules.__new__(Rules)
+        out.patterns = self.patterns + other.patterns
+        out.allow_values = self.allow_values | other.allow_values
+        out.allow_regexes = self.allow_regexes + other.allow_regexes
+        out.deny = {t: self.deny.get(t, []) + other.deny.get(t, []) for t in {*self.deny, *other.deny}}
+        out._deny = self._deny + other._deny
+        out.types = sorted(set(self.types) | set(other.types))
+        return out
+
+
+def request_rules(patterns: Sequence[Mapping[str, Any]] | None, allow: Sequence[str] | None, allow_match: str,
+                  deny: Mapping[str, Sequence[str]] | None) -> Rules | None:
+    """A request's own rules (bounded: at most 32 patterns, 1000 allow or deny values), or None without any."""
+    if not patterns and not allow and not deny:
+        return None
+    if allow_match not in ("exact", "regex"):
+        raise InputError(f"`allow_list_match` must be exact or regex, got '{allow_match}'", param="allow_list_match")
+    compiled = []
+    for i, raw in enumerate(patterns or ()):
+        if i >= MAX_PATTERNS:
+            raise InputError(f"{len(patterns or ())} patterns; at most {MAX_PATTERNS} a request", param="patterns")
+        compiled.append(Pattern(spec_of(raw, f"patterns[{i}]"), f"patterns[{i}]"))
+    values = list(allow or ())
+    denied = {str(t): list(vs) for t, vs in (deny or {}).items()}
+    for what, vals in (("allow_list", values), *((f"deny_list.{t}", vs) for t, vs in denied.items())):
+        if len(vals) > MAX_VALUES or any(len(v) > MAX_VALUE_CHARS or not v for v in vals):
+            raise InputError(f"{what}: at most {MAX_VALUES} values of 1 to {MAX_VALUE_CHARS} characters",
+                             param=what.split(".")[0])
+    for t in denied:
+        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", t):
+            raise InputError(f"deny_list: '{t}' is not an entity type (capitals, digits and underscores)",
+                             param="deny_list")
+    return Rules(compiled, values, allow_match == "regex", denied)
+
+
+def spec_of(raw: Mapping[str, Any], where: str) -> PatternSpec:
+    """A request's pattern (a JSON object, Presidio's ad-hoc recognizer shape accepted: `supported_entity`,
+    `patterns: [{regex, score}]`, `context`) as a PatternSpec."""
+    if not isinstance(raw, Mapping):
+        raise InputError(f"{where}: a pattern is an object", param=where)
+    etype = raw.get("entity_type", raw.get("supported_entity"))
+    regex = raw.get("regex")
+    score = raw.get("score")
+    if regex is None and isinstance(raw.get("patterns"), list):          # Presidio's PatternRecognizer shape
+        regex = [p.get("regex") for p in raw["patterns"] if isinstance(p, Mapping)]
+        scores = [float(p["score"]) for p in raw["patterns"] if isinstance(p, Mapping)
+                  and isinstance(p.get("score"), (int, float))]
+        score = score if score is not None else (max(scores) if scores else None)
+    if isinstance(regex, str):
+        regex = [regex]
+    if not isinstance(etype, str) or not isinstance(regex, list) or not all(isinstance(r, str) for r in regex):
+        raise InputError(f"{where}: needs `entity_type` (a string) and `regex` (a string or a list of strings)",
+                         param=where)
+    context = raw.get("context") or []
+    if not isinstance(context, list) or not all(isinstance(w, str) for w in context):
+        raise InputError(f"{where}.context: a list of words", param=f"{where}.context")
+    if score is not None and (not isinstance(score, (int, float)) or not 0 <= score <= 1):
+        raise InputError(f"{where}.score: a number from 0 to 1", param=f"{where}.score")
+    validator = raw.get("validator")
+    if validator is not None and not isinstance(validator, str):
+        raise InputError(f"{where}.validator: a string", param=f"{where}.validator")
+    name = raw.get("name")
+    return PatternSpec(entity_type=etype, regex=tuple(regex), name=name if isinstance(name, str) else None,
+                       validator=validator, context=tuple(context), score=0.85 if score is None else float(score))
