@@ -56,7 +56,7 @@ def redact(url: str, text: str, mode: str = "replace", **body) -> str:
 def test_a_custom_id_is_found_only_when_its_validator_passes(server):
     found = detect(server.url, f"Employees {EMP_OK} and {EMP_BAD} signed.")
     assert ("EMPLOYEE_ID", EMP_OK) in found and ("EMPLOYEE_ID", EMP_BAD) not in found
-    assert f"<EMPLOYEE_ID>" in redact(server.url, f"Employee {EMP_OK} signed.")
+    assert "<EMPLOYEE_ID>" in redact(server.url, f"Employee {EMP_OK} signed.")
 
 
 def test_context_words_raise_a_weak_pattern_over_the_threshold(server):
