@@ -12,7 +12,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,8 @@ class Entity:
     start: int      # Unicode code point offsets into the text, end exclusive
     end: int
     scheme: str | None = None   # a NATIONAL_ID's scheme (DE_IDNR, FR_NIR, ...)
+    # what found it: "model", a recognizer ("phone"), a pattern's name, "deny_list", "model (address merged)"
+    source: str = field(default="model", compare=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"entity_type": self.entity_type, "text": self.text, "score": self.score,
@@ -241,7 +243,7 @@ def with_recognized(text: str, model: list[Entity], names: Sequence[str],
     """Validated matches (score 1.0) added to the model's spans; a model span overlapping a match gives way. So does
     one inside a number of a checksum type whose check failed ("0044 0532" inside a mistyped IBAN is a piece of it,
     not a phone number: recognizers.shapes), and a model phone number that is such a number whole."""
-    matches = [Entity(m.entity_type, text[m.start:m.end], 1.0, m.start, m.end, m.scheme)
+    matches = [Entity(m.entity_type, text[m.start:m.end], 1.0, m.start, m.end, m.scheme, FOUND_BY[m.entity_type])
                for m in recognize(text, names, regions)]
     if not model:
         return matches
@@ -255,6 +257,7 @@ def with_recognized(text: str, model: list[Entity], names: Sequence[str],
     return sorted(kept + matches, key=lambda e: (e.start, e.end))
 
 
+FOUND_BY = {etype: name for name, etype in RECOGNIZED.items()}     # a recognizer's type → its name
 PHONE_LABELS = frozenset({"PHONE", "PHONE_NUMBER", "PHONENUMBER", "TELEPHONE", "TELEPHONENUM"})
 
 
@@ -268,7 +271,7 @@ def with_rules(text: str, entities: list[Entity], rules: Rules, threshold: float
     matches: list[Entity] = []
     for f in found:
         if not any(f.start < m.end and m.start < f.end for m in matches):
-            matches.append(Entity(f.entity_type, text[f.start:f.end], f.score, f.start, f.end))
+            matches.append(Entity(f.entity_type, text[f.start:f.end], f.score, f.start, f.end, source=f.source))
     kept = [e for e in entities if not any(e.start < m.end and m.start < e.end for m in matches)]
     return sorted(kept + matches, key=lambda e: (e.start, e.end))
 
@@ -354,7 +357,7 @@ def merge_addresses(text: str, entities: Sequence[Entity], weak: Callable[[int, 
             if after is not None:
                 b = after.end()
             score = float(np.mean([e.score for e in group]))
-            out.append(Entity("ADDRESS", text[a:b], score, a, b))
+            out.append(Entity("ADDRESS", text[a:b], score, a, b, source="model (address parts merged)"))
         else:
             out.extend(group)
         group.clear()

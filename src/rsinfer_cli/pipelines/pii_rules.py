@@ -62,6 +62,7 @@ class Found:
     start: int
     end: int
     score: float
+    source: str = "deny_list"     # the pattern's name, or the deny list
 
 
 def _validator(name: str, where: str) -> Callable[[str], bool]:
@@ -126,7 +127,7 @@ class Pattern:
                 score = self.score
                 if self.context and self._in_context(text, a):
                     score = min(1.0, score + CONTEXT_BOOST)
-                out.append(Found(self.entity_type, a, b, score))
+                out.append(Found(self.entity_type, a, b, score, self.name))
         return out
 
     def _in_context(self, text: str, start: int) -> bool:

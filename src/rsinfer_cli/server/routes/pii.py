@@ -15,6 +15,7 @@ from ...pipelines.pii import PiiPipeline
 from ...pipelines.pii_rules import request_rules
 from ..errors import RequestValidationError
 from ..schemas import Model, Op, Probability, Request, Response, Usage
+from . import presidio
 from .common import Call, begin, check_chars, check_count, json_response, usage
 
 # ---------------------------------------------------------------- request and response bodies
@@ -109,10 +110,14 @@ OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), 
        DetectResponse),
     Op(("/pii/redact", "/v1/pii/redact"), "POST", "Redact PII (never returns a removed value)", "pii",
        RedactRequest, RedactResponse),
+    *presidio.OPS,
 )
 
 
 routes = web.RouteTableDef()
+for _route in presidio.routes:            # Presidio's REST surface (presidio.py) is this family's too
+    assert isinstance(_route, web.RouteDef)
+    routes.route(_route.method, _route.path)(_route.handler)
 BENCH = {route: (lambda texts: {"texts": texts}) for route in
          ("/pii/detect", "/pii/redact", "/v1/pii/detect", "/v1/pii/redact")}
 
