@@ -281,7 +281,8 @@ ADDRESS_PARTS = frozenset({"BUILDING_NUMBER", "STREET_NAME", "STREET", "STREET_A
                            "STATE", "ZIP_CODE", "ZIPCODE", "POSTCODE", "POSTAL_CODE", "COUNTY", "ADDRESS"})
 # words that belong to an address between its parts: unit words, and the particles of place names
 _UNIT = frozenset({"apt", "apartment", "suite", "ste", "unit", "flat", "floor", "fl", "room", "rm", "no", "nr",
-                   "bldg", "building", "block", "bis", "ter", "étage", "etage", "whg", "wohnung", "stock", "og", "#"})
+                   "bldg", "building", "block", "bis", "ter", "étage", "etage", "whg", "wohnung", "stock", "og", "#",
+                   "appartement", "appt", "app", "bâtiment", "bat", "piso", "puerta", "interno", "scala"})
 # street types: an address word wherever it stands between two parts ("12 rue de la Paix" labelled 12 ... Paix)
 _STREETS = frozenset({"street", "st", "road", "rd", "avenue", "ave", "av", "boulevard", "blvd", "lane", "ln", "drive",
                       "dr", "way", "court", "ct", "place", "pl", "square", "sq", "terrace", "close", "crescent", "row",
@@ -294,10 +295,11 @@ _GAP_WORD = re.compile(r"[^\s,/()]+")
 _STREET_PARTS = frozenset({"STREET_NAME", "STREET", "STREET_ADDRESS"})
 _NUMBER_BEFORE = re.compile(r"(?<![\w.,-])\d{1,5}[A-Za-z]?(?:-\d{1,5})?\s+$")
 _NUMBER_AFTER = re.compile(r"\s+\d{1,5}[A-Za-z]?(?:-\d{1,5})?(?![\w.-]|,\d)")
-_NEAR_UNIT = re.compile(r"(?i)(?:\b(?:apt|apartment|suite|ste|unit|flat|floor|room|bldg|building)\.?\s*#?\s*"
-                        r"[\w-]{1,6}|#\s*[\w-]{1,6})\s*,?\s*$")
-_AFTER_UNIT = re.compile(r"(?i)^\s*,?\s*(?:\b(?:apt|apartment|suite|ste|unit|flat|floor|room|bldg|building)\.?\s*#?"
-                         r"\s*[\w-]{1,6}|#\s*[\w-]{1,6})\b")
+_UNIT_WORDS = r"apt|apartment|suite|ste|unit|flat|floor|room|bldg|building|wohnung|whg|appartement|appt|piso"
+# a unit's designator: a number (12, 5B, 3-1), a letter and a number (B2), or one letter (Flat B) - never a word
+_DESIGNATOR = r"(?:\d[\w-]{0,5}|[A-Za-z]\d[\w-]{0,4}|[A-Za-z](?![\w-]))"
+_NEAR_UNIT = re.compile(rf"(?i)(?:\b(?:{_UNIT_WORDS})\.?\s*#?\s*{_DESIGNATOR}|#\s*{_DESIGNATOR})\s*,?\s*$")
+_AFTER_UNIT = re.compile(rf"(?i)^\s*,?\s*(?:\b(?:{_UNIT_WORDS})\.?\s*#?\s*{_DESIGNATOR}|#\s*{_DESIGNATOR})")
 
 
 def _gap_ok(text: str, a: int, b: int, weak: Callable[[int, int], bool]) -> bool:
