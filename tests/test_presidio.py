@@ -73,6 +73,9 @@ def test_ad_hoc_recognizers_context_flags_and_allow_list(server):
     loud = spans(analyze(server.url, text=text, ad_hoc_recognizers=[recognizer], regex_flags=2,
                          context=["reference"], score_threshold=0.5), text)
     assert {("TICKET", "zx-4411"), ("TICKET", "ZX-9000")} <= loud
+    titles = {"supported_entity": "TITLE", "deny_list": ["Mr", "Mrs"]}          # Presidio's deny-list recognizer
+    assert spans(analyze(server.url, text="Mr and Mrs Roe, Mrsa", ad_hoc_recognizers=[titles], entities=["TITLE"]),
+                 "Mr and Mrs Roe, Mrsa") == {("TITLE", "Mr"), ("TITLE", "Mrs")}
     allowed = spans(analyze(server.url, allow_list=["JOHN@EXAMPLE.COM"]))
     assert ("EMAIL_ADDRESS", "john@example.com") not in allowed and ("CREDIT_CARD", "4111 1111 1111 1111") in allowed
     by_regex = spans(analyze(server.url, allow_list=[r".*@example\.com"], allow_list_match="regex"))

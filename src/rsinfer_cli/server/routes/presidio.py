@@ -140,10 +140,11 @@ routes = web.RouteTableDef()
 # ---------------------------------------------------------------- /analyze
 
 
-def _patterns(req: AnalyzeRequest) -> list[dict[str, Any]] | None:
-    """The ad-hoc recognizers with the request's context words and regex flags applied to them."""
+def _ad_hoc(req: AnalyzeRequest) -> tuple[list[dict[str, Any]] | None, dict[str, list[str]] | None]:
+    """The ad-hoc recognizers as the request's patterns (with its context words and regex flags applied) and deny
+    lists (Presidio's deny-list recognizer: `supported_entity` and `deny_list`)."""
     if not req.ad_hoc_recognizers:
-        return None
+        return None, None
     flags = ""
     if req.regex_flags:
         unknown = req.regex_flags & ~sum(RE_FLAGS)
@@ -151,16 +152,27 @@ def _patterns(req: AnalyzeRequest) -> list[dict[str, Any]] | None:
             raise InputError(f"regex_flags {req.regex_flags}: only re.IGNORECASE (2), re.MULTILINE (8) and "
                              "re.DOTALL (16) have RE2 equivalents", param="regex_flags")
         flags = "(?" + "".join(f for bit, f in RE_FLAGS.items() if req.regex_flags & bit) + ")"
-    out = []
-    for raw in req.ad_hoc_recognizers:
+    patterns: list[dict[str, Any]] = []
+    deny: dict[str, list[str]] = {}
+    for i, raw in enumerate(req.ad_hoc_recognizers):
+        values = raw.get("deny_list")
+        if values is not None:
+            etype = raw.get("supported_entity")
+            if not isinstance(etype, str) or not isinstance(values, list) or \
+                    not all(isinstance(v, str) for v in values):
+                raise InputError(f"ad_hoc_recognizers[{i}]: a deny-list recognizer needs `supported_entity` and "
+                                 "`deny_list` (a list of strings)", param="ad_hoc_recognizers")
+            deny.setdefault(etype, []).extend(values)
+            if not raw.get("patterns"):
+                continue
         item = dict(raw)
         if flags and isinstance(item.get("patterns"), list):
             item["patterns"] = [{**p, "regex": flags + p["regex"]} if isinstance(p, dict) and
                                 isinstance(p.get("regex"), str) else p for p in item["patterns"]]
         if req.context:
             item["context"] = [*(item.get("context") or []), *req.context]
-        out.append(item)
-    return out
+        patterns.append(item)
+    return patterns or None, deny or None
 
 
 def _explanation(e: Entity) -> AnalysisExplanation:
@@ -175,7 +187,8 @@ async def analyze(request: web.Request) -> web.Response:
     req = call.req
     check_chars(call, "text", [req.text])
     pipe = call.pipeline(PiiPipeline)
-    rules = request_rules(_patterns(req), req.allow_list, req.allow_list_match, None)
+    patterns, deny = _ad_hoc(req)
+    rules = request_rules(patterns, req.allow_list, req.allow_list_match, deny)
     known = supported(pipe) | set(rules.types if rules is not None else ())
     if req.entities is not None:
         unknown = [t for t in req.entities if t not in known]
