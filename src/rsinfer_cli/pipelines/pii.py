@@ -401,28 +401,38 @@ def redact_spans(text: str, entities: Sequence[Entity], mode: str = "mask", mask
         raise InputError(f"unknown redact mode '{mode}' (one of {', '.join(MODES)})", param="mode")
     if len(mask_char) != 1:
         raise InputError("`mask_char` must be a single character", param="mask_char")
+
+    def new_value(e: Entity, value: str) -> str:
+        if mode == "mask":
+            return mask_char * len(value)
+        if mode == "replace":
+            return (replacement or "<{type}>").replace("{type}", e.entity_type)
+        if mode == "hash":
+            return hashlib.sha256(salt + value.encode("utf-8")).hexdigest()[:16]
+        return ""
+
+    out, done = rewrite(text, entities, new_value)
+    return out, [Redacted(e.entity_type, e.score, e.start, e.end, new, a, b) for e, new, a, b in done]
+
+
+def rewrite(text: str, entities: Sequence[Entity], new_value: Callable[[Entity, str], str]
+            ) -> tuple[str, list[tuple[Entity, str, int, int]]]:
+    """The text with each (overlap-resolved) entity's value replaced by `new_value(entity, value)`, and for each
+    entity what now stands in its place and where: (entity, new value, start, end in the new text)."""
     out: list[str] = []
-    spans: list[Redacted] = []
+    done: list[tuple[Entity, str, int, int]] = []
     pos = length = 0
     for e in resolve_overlaps(entities):
         before = text[pos:e.start]
         out.append(before)
         length += len(before)
-        value = text[e.start:e.end]
-        if mode == "mask":
-            new = mask_char * len(value)
-        elif mode == "replace":
-            new = (replacement or "<{type}>").replace("{type}", e.entity_type)
-        elif mode == "hash":
-            new = hashlib.sha256(salt + value.encode("utf-8")).hexdigest()[:16]
-        else:
-            new = ""
+        new = new_value(e, text[e.start:e.end])
         out.append(new)
-        spans.append(Redacted(e.entity_type, e.score, e.start, e.end, new, length, length + len(new)))
+        done.append((e, new, length, length + len(new)))
         length += len(new)
         pos = e.end
     out.append(text[pos:])
-    return "".join(out), spans
+    return "".join(out), done
 
 
 @dataclass(frozen=True)

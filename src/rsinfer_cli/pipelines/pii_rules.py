@@ -216,26 +216,36 @@ def spec_of(raw: Mapping[str, Any], where: str) -> PatternSpec:
     if not isinstance(raw, Mapping):
         raise InputError(f"{where}: a pattern is an object", param=where)
     etype = raw.get("entity_type", raw.get("supported_entity"))
-    regex = raw.get("regex")
-    score = raw.get("score")
-    if regex is None and isinstance(raw.get("patterns"), list):          # Presidio's PatternRecognizer shape
-        regex = [p.get("regex") for p in raw["patterns"] if isinstance(p, Mapping)]
-        scores = [float(p["score"]) for p in raw["patterns"] if isinstance(p, Mapping)
-                  and isinstance(p.get("score"), (int, float))]
-        score = score if score is not None else (max(scores) if scores else None)
-    if isinstance(regex, str):
-        regex = [regex]
-    if not isinstance(etype, str) or not isinstance(regex, list) or not all(isinstance(r, str) for r in regex):
+    regex, score = _regexes(raw)
+    if not isinstance(etype, str) or regex is None:
         raise InputError(f"{where}: needs `entity_type` (a string) and `regex` (a string or a list of strings)",
                          param=where)
     context = raw.get("context") or []
-    if not isinstance(context, list) or not all(isinstance(w, str) for w in context):
+    if not _strings(context):
         raise InputError(f"{where}.context: a list of words", param=f"{where}.context")
     if score is not None and (not isinstance(score, (int, float)) or not 0 <= score <= 1):
         raise InputError(f"{where}.score: a number from 0 to 1", param=f"{where}.score")
-    validator = raw.get("validator")
+    validator, name = raw.get("validator"), raw.get("name")
     if validator is not None and not isinstance(validator, str):
         raise InputError(f"{where}.validator: a string", param=f"{where}.validator")
-    name = raw.get("name")
     return PatternSpec(entity_type=etype, regex=tuple(regex), name=name if isinstance(name, str) else None,
                        validator=validator, context=tuple(context), score=0.85 if score is None else float(score))
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _regexes(raw: Mapping[str, Any]) -> tuple[list[str] | None, Any]:
+    """(the pattern's regular expressions, its score): rsinfer's `regex` and `score`, or Presidio's `patterns`
+    list (the score is its highest); None when they are not strings."""
+    regex, score = raw.get("regex"), raw.get("score")
+    if regex is None and isinstance(raw.get("patterns"), list):
+        items = [p for p in raw["patterns"] if isinstance(p, Mapping)]
+        regex = [p.get("regex") for p in items]
+        scores = [float(p["score"]) for p in items if isinstance(p.get("score"), (int, float))]
+        if score is None and scores:
+            score = max(scores)
+    if isinstance(regex, str):
+        regex = [regex]
+    return (regex if _strings(regex) else None), score

@@ -18,7 +18,7 @@ from aiohttp import web
 from msgspec import Meta, Struct
 
 from ...errors import InputError
-from ...pipelines.pii import ADDRESS_PARTS, Entity, PiiPipeline, resolve_overlaps
+from ...pipelines.pii import ADDRESS_PARTS, Entity, PiiPipeline, rewrite
 from ...pipelines.pii_rules import request_rules
 from ..schemas import Model, Op, Request, Response
 from .common import STATE, begin, check_chars, json_response
@@ -140,21 +140,23 @@ routes = web.RouteTableDef()
 # ---------------------------------------------------------------- /analyze
 
 
+def _flags(regex_flags: int | None) -> str:
+    """Python's re flags of a Presidio request as RE2's inline flags ("(?i)"); a flag RE2 has not is a 400."""
+    if not regex_flags:
+        return ""
+    if regex_flags & ~sum(RE_FLAGS):
+        raise InputError(f"regex_flags {regex_flags}: only re.IGNORECASE (2), re.MULTILINE (8) and re.DOTALL (16) "
+                         "have RE2 equivalents", param="regex_flags")
+    return "(?" + "".join(f for bit, f in RE_FLAGS.items() if regex_flags & bit) + ")"
+
+
 def _ad_hoc(req: AnalyzeRequest) -> tuple[list[dict[str, Any]] | None, dict[str, list[str]] | None]:
     """The ad-hoc recognizers as the request's patterns (with its context words and regex flags applied) and deny
     lists (Presidio's deny-list recognizer: `supported_entity` and `deny_list`)."""
-    if not req.ad_hoc_recognizers:
-        return None, None
-    flags = ""
-    if req.regex_flags:
-        unknown = req.regex_flags & ~sum(RE_FLAGS)
-        if unknown:
-            raise InputError(f"regex_flags {req.regex_flags}: only re.IGNORECASE (2), re.MULTILINE (8) and "
-                             "re.DOTALL (16) have RE2 equivalents", param="regex_flags")
-        flags = "(?" + "".join(f for bit, f in RE_FLAGS.items() if req.regex_flags & bit) + ")"
+    flags = _flags(req.regex_flags)
     patterns: list[dict[str, Any]] = []
     deny: dict[str, list[str]] = {}
-    for i, raw in enumerate(req.ad_hoc_recognizers):
+    for i, raw in enumerate(req.ad_hoc_recognizers or ()):
         values = raw.get("deny_list")
         if values is not None:
             etype = raw.get("supported_entity")
@@ -169,8 +171,7 @@ def _ad_hoc(req: AnalyzeRequest) -> tuple[list[dict[str, Any]] | None, dict[str,
         if flags and isinstance(item.get("patterns"), list):
             item["patterns"] = [{**p, "regex": flags + p["regex"]} if isinstance(p, dict) and
                                 isinstance(p.get("regex"), str) else p for p in item["patterns"]]
-        if req.context:
-            item["context"] = [*(item.get("context") or []), *req.context]
+        item["context"] = [*(item.get("context") or []), *(req.context or [])]
         patterns.append(item)
     return patterns or None, deny or None
 
@@ -287,19 +288,12 @@ async def anonymize(request: web.Request) -> web.Response:
                              param="analyzer_results")
         spans.append(Entity(r.entity_type, "", r.score, r.start, r.end))
     salt = call.pipeline(PiiPipeline).salt
-    out: list[str] = []
-    items: list[AnonymizeItem] = []
-    pos = length = 0
-    for e in resolve_overlaps(spans):
-        before = text[pos:e.start]
-        out.append(before)
-        length += len(before)
+
+    def new_value(e: Entity, value: str) -> str:
         kind, cfg = operators.get(e.entity_type, default)
-        new = _apply(kind, cfg, text[e.start:e.end], e.entity_type, salt)
-        out.append(new)
-        items.append(AnonymizeItem(start=length, end=length + len(new), entity_type=e.entity_type, text=new,
-                                   operator=kind))
-        length += len(new)
-        pos = e.end
-    out.append(text[pos:])
-    return json_response(AnonymizeResponse(text="".join(out), items=items))
+        return _apply(kind, cfg, value, e.entity_type, salt)
+
+    out, done = rewrite(text, spans, new_value)
+    items = [AnonymizeItem(start=a, end=b, entity_type=e.entity_type, text=new,
+                           operator=operators.get(e.entity_type, default)[0]) for e, new, a, b in done]
+    return json_response(AnonymizeResponse(text=out, items=items))
