@@ -101,7 +101,13 @@ def test_sighup_applies_the_difference_under_load(tmp_path, workers):
                     entry("keep_a", plus1), entry("keep_b", plus1), entry("changed", plus2),
                     entry("added", plus2)]}))
                 os.kill(srv.proc.pid, signal.SIGHUP)
-                wait_for(lambda: infer(c, url, "added").status_code == 200, what="the added model")
+                # done: the one process has applied it; with workers, the supervisor hears it once every front end
+                # serves the new set - so from then on every connection (spread over the front ends) finds it
+                done = "reload: engine cpu:" if workers > 1 else "reload of"
+                wait_for(lambda: done in srv.output, what="the reload's end")
+                for _ in range(12):
+                    with httpx.Client(timeout=30) as fresh:
+                        assert infer(fresh, url, "added").status_code == 200
                 wait_for(lambda: infer(c, url, "changed").json()["outputs"][0]["data"] == [3.0, 3.0],
                          what="the changed model's new version")
                 wait_for(lambda: infer(c, url, "gone").status_code == 404, what="the removed model's 404")

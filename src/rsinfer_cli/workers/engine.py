@@ -76,6 +76,8 @@ class EngineServer:
         self._pending: dict[tuple[ipc.Channel, int], Callable[[], None]] = {}
         self._channels: set[ipc.Channel] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.version = 0                                  # changes of the served set so far
+        self._acks: dict[ipc.Channel, int] = {}           # the version each front end serves
 
     def _tagged(self, pipe: RowPipeline, model: LoadedModel) -> RowForward:
         """The pipeline's forward over rows tagged with the front end each came from; how many front ends shared
@@ -111,9 +113,20 @@ class EngineServer:
     def _changed(self) -> None:
         """The served set changed: every front end gets the new catalog."""
         self._rewire()
+        self.version += 1
         catalog = self.catalog()
         for channel in list(self._channels):
-            channel.send(ipc.Catalog(id=0, catalog=catalog))
+            channel.send(ipc.Catalog(id=0, catalog=catalog, version=self.version))
+
+    async def applied(self, timeout_s: float) -> None:
+        """Until every connected front end serves the latest catalog (at most `timeout_s`: a front end that cannot
+        apply it logs why; the change is not taken back)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while any(self._acks.get(c, 0) < self.version for c in self._channels):
+            if asyncio.get_running_loop().time() > deadline:
+                log.warning("a front end did not confirm the new set of models within %.0f s", timeout_s)
+                return
+            await asyncio.sleep(0.005)
 
     async def _control(self, channel: ipc.Channel, msg: ipc.Control) -> None:
         try:
@@ -125,6 +138,7 @@ class EngineServer:
                 await self.control.unload(msg.name)
             else:
                 raise InputError(f"unknown control operation '{msg.action}'")
+            await self.applied(self.config.server.request_timeout_ms / 1000)
         except Exception as exc:  # noqa: BLE001 - the front end's answer
             channel.send(ipc.Failed(id=msg.id, error=ipc.error_to_wire(exc)))
             return
@@ -168,6 +182,7 @@ class EngineServer:
     def _lost(self, channel: ipc.Channel) -> None:
         """A front end went away: nobody waits for its requests any more."""
         self._channels.discard(channel)
+        self._acks.pop(channel, None)
         for (owner, rid), abandon in list(self._pending.items()):
             if owner is channel:
                 self._pending.pop((owner, rid), None)
@@ -187,7 +202,10 @@ class EngineServer:
                      if isinstance(q := self.runtime.queues[m.key], Scheduler)]
                 channel.send(ipc.QueueStats(id=msg.id, stats=stats))
             case ipc.Hello():
-                channel.send(ipc.Catalog(id=msg.id, catalog=self.catalog()))
+                self._acks[channel] = self.version        # it starts from the catalog it gets now
+                channel.send(ipc.Catalog(id=msg.id, catalog=self.catalog(), version=self.version))
+            case ipc.Applied():
+                self._acks[channel] = max(self._acks.get(channel, 0), msg.version)
             case ipc.Control():
                 task = asyncio.ensure_future(self._control(channel, msg))
                 self._tasks.add(task)

@@ -43,6 +43,7 @@ class EngineClient:
         self.path = path
         self.gone: str | None = None              # why the engine cannot answer any more
         self.catalog: dict[str, Any] = {}         # its latest (engine.EngineServer.catalog)
+        self.version = 0                          # the latest's version (its Applied is sent once it serves)
         self.on_catalog: Callable[[EngineClient], None] | None = None   # told when the engine pushes a new one
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[ipc.ToFrontEnd]] = {}
@@ -65,6 +66,7 @@ class EngineClient:
     def _reply(self, _channel: ipc.Channel, msg: ipc.ToFrontEnd) -> None:
         if msg.id == 0 and isinstance(msg, ipc.Catalog):       # pushed: the engine's served set changed
             self.catalog = pickle.loads(msg.catalog)  # noqa: S301 - our own engine
+            self.version = msg.version
             if self.on_catalog is not None:
                 self.on_catalog(self)
             return
@@ -109,6 +111,11 @@ class EngineClient:
         reply = await self._ask(ipc.Rows(key=key, rows=list(rows), costs=list(costs)))
         assert isinstance(reply, ipc.Outputs), reply
         return reply.outputs
+
+    def applied(self, version: int) -> None:
+        """Tell the engine this front end serves its catalog of `version`."""
+        if self._channel is not None and self.gone is None:
+            self._channel.send(ipc.Applied(version=version))
 
     async def control(self, op: str, name: str = "") -> None:
         """Change the engine's served set (engine.EngineServer._control); its new catalog arrives first."""
@@ -232,7 +239,7 @@ class RemoteControl(Control):
         """An engine's new catalog: its versions that are new here get pipelines (built on a thread: a tokenizer is
         read) and queues to the engine; names it serves no more stop here; the rest is untouched."""
         async with self._lock:
-            catalog = client.catalog
+            catalog, version = client.catalog, client.version
             reg = self.runtime.registry
             by_name: dict[str, list[LoadedModel]] = {}
             for m in catalog["models"]:
@@ -246,6 +253,7 @@ class RemoteControl(Control):
                 reg.unavailable.pop(name)
             self._adopt_entries()
             self.changed()
+            client.applied(version)
 
     async def _update(self, client: EngineClient, name: str, new: list[LoadedModel] | None,
                       entry: ModelConfig | None) -> None:

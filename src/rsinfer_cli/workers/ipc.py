@@ -153,6 +153,14 @@ class Catalog(Message, tag="catalog"):
 
     catalog: bytes               # engine.catalog(): the loaded models without their sessions, the entries and
                                  # their states (pickled: our own engine; at start-up and at each change only)
+    version: int = 0             # counts the engine's changes; a front end answers a pushed one with `Applied`
+
+
+class Applied(Message, tag="applied"):
+    """front end → engine: it serves the pushed catalog of this `version` (the engine answers a change's `Control`,
+    and tells the supervisor a reload is done, only once every front end does)."""
+
+    version: int
 
 
 class Done(Message, tag="done"):
@@ -171,7 +179,7 @@ class Failed(Message, tag="failed"):
     error: dict[str, Any]        # error_to_wire()
 
 
-ToEngine = Hello | Rows | Cancel | Stats | Control
+ToEngine = Hello | Rows | Cancel | Stats | Control | Applied
 ToFrontEnd = Catalog | Outputs | QueueStats | Failed | Done
 
 

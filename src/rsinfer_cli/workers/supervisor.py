@@ -130,6 +130,7 @@ def _engine_orders(conn: Any, stop: asyncio.Event, server: Any) -> None:
     async def reload() -> None:
         try:
             report = await server.control.reload()
+            await server.applied(server.config.server.request_timeout_ms / 1000)   # every front end serves it
             conn.send(("reloaded", report.line()))
         except Exception as exc:  # noqa: BLE001 - told to the supervisor; the engine serves on
             conn.send(("reloaded", f"refused: {exc}"))
