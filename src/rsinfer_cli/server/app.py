@@ -288,7 +288,7 @@ def create_app(runtime: Runtime) -> web.Application:
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         yield
         await runtime.drain()      # the gRPC front's calls in flight finish first
-        await state.control.close()
+        await state.models.close()
         await runtime.close()
         if tracing is not None:
             tracing.close()        # the batched spans are sent

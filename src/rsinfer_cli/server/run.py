@@ -102,7 +102,7 @@ async def reload_config(state: ServerState, notifier: Notifier) -> None:
     nothing (the error is logged with its key path). systemd hears RELOADING=1, then READY=1."""
     notifier.reloading()
     try:
-        await state.control.reload()
+        await state.models.reload()
     except RsinferError:
         pass                   # logged by the control, with the key path; the previous config serves on
     except Exception:          # noqa: BLE001 - a reload never stops the server

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..config import Config
 from ..engine.cache import Cache
+from ..engine.control import Control
 from ..engine.registry import Registry
 from ..pipelines.base import RowPipeline
 from ..pipelines.infer import Inference
@@ -29,7 +30,8 @@ class ServerState:
     stopping: bool = False     # a drain started: not ready any more (the listener closes next)
     limiter: Any = None        # server.rate_limit's counters (server/ratelimit.py), None without a limit
     tracing: Any = None        # server.tracing's exporter (server/tracing.py), None when off
-    control: Any = None        # the served set's changes (engine/control.ModelControl): SIGHUP, the repository API
+    control: Control | None = None   # who changes the served set (SIGHUP, the repository API): the runtime's
+                                     # ModelControl, or a front-end process's RemoteControl; set by create_app
     # the runtime's parts every request reads, as plain attributes (no property call on the hot path)
     config: Config = field(init=False)
     registry: Registry = field(init=False)
@@ -49,6 +51,13 @@ class ServerState:
     @property
     def cache(self) -> Cache | None:
         return self.runtime.cache
+
+    @property
+    def models(self) -> Control:
+        """The control of the served set (always set once create_app returned)."""
+        if self.control is None:
+            raise RuntimeError("the server state has no model control")
+        return self.control
 
     def not_ready(self) -> str | None:
         """Why this server should not get new requests now (a drain, its engine, another front end); None: ready."""

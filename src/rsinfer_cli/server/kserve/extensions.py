@@ -67,7 +67,7 @@ async def statistics(state: ServerState, name: str | None, version: str | None) 
 def repository_index(state: ServerState, ready_only: bool = False) -> list[dict[str, Any]]:
     """`POST /v2/repository/index`: every configured model, one entry per version, its state and why."""
     out = []
-    for name, versions, st in state.control.index():
+    for name, versions, st in state.models.index():
         if ready_only and st.state != READY:
             continue
         for v in versions:
@@ -85,7 +85,7 @@ def model_ready(state: ServerState, name: str, version: str | None) -> tuple[boo
     if name in reg.entries:
         reg.version_of(name, version or None)
         return True, ""
-    st = state.control.states.get(name) if state.control is not None else None
+    st = state.models.states.get(name)
     if st is None:
         raise reg.not_found(name)
     return False, f"model '{name}' is {st.state}" + (f": {st.reason}" if st.reason else "")
@@ -104,7 +104,7 @@ async def load(state: ServerState, name: str, parameters: list[str] | None = Non
         raise InputError(f"load parameters ({', '.join(sorted(parameters))}) are not supported: a model's "
                          "configuration is its entry in the config file", param="parameters")
     try:
-        await state.control.load(name)
+        await state.models.load(name)
     except ModelNotFound:
         raise
     except RsinferError as exc:
@@ -114,4 +114,4 @@ async def load(state: ServerState, name: str, parameters: list[str] | None = Non
 async def unload(state: ServerState, name: str) -> None:
     """`POST /v2/repository/models/{name}/unload`."""
     _allowed(state)
-    await state.control.unload(name)
+    await state.models.unload(name)
