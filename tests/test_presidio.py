@@ -54,6 +54,13 @@ def test_analyze_answers_presidios_result_fields_and_names(server):
     assert next(r for r in explained if r["entity_type"] == "IBAN_CODE")["analysis_explanation"]["recognizer"] == "iban"
 
 
+def test_a_given_name_and_surname_are_one_person(server):
+    """rampart-pii labels GIVEN_NAME and SURNAME; Presidio answers one PERSON for "Jane Roe"."""
+    text = "Please ask Jane Roe about it."
+    people = [r for r in analyze(server.url, text=text) if r["entity_type"] == "PERSON"]
+    assert [text[r["start"]:r["end"]] for r in people] == ["Jane Roe"]
+
+
 def test_entities_and_score_threshold_filter(server):
     assert spans(analyze(server.url, entities=["IBAN_CODE", "EMAIL_ADDRESS"])) == {
         ("EMAIL_ADDRESS", "john@example.com"), ("IBAN_CODE", "DE89 3704 0044 0532 0130 00")}

@@ -176,6 +176,21 @@ def _ad_hoc(req: AnalyzeRequest) -> tuple[list[dict[str, Any]] | None, dict[str,
     return patterns or None, deny or None
 
 
+def _joined(text: str, entities: list[Entity]) -> list[Entity]:
+    """Spans that name one thing in Presidio and stand next to each other (a given name and a surname, separated
+    by spaces only) as one: Presidio's NER returns "Jane Roe" as one PERSON. The score is the lower one's."""
+    out: list[Entity] = []
+    for e in entities:
+        last = out[-1] if out else None
+        if last is not None and presidio_type(last) == presidio_type(e) == "PERSON" and \
+                last.end <= e.start and not text[last.end:e.start].strip():
+            out[-1] = Entity("PERSON", text[last.start:e.end], min(last.score, e.score), last.start, e.end,
+                             source=last.source)
+            continue
+        out.append(e)
+    return out
+
+
 def _explanation(e: Entity) -> AnalysisExplanation:
     return AnalysisExplanation(recognizer=e.source, pattern_name=None, pattern=None, original_score=e.score,
                                score=e.score, textual_explanation=f"found by {e.source}", score_context_improvement=0,
@@ -202,7 +217,7 @@ async def analyze(request: web.Request) -> web.Response:
                          analysis_explanation=_explanation(e) if req.return_decision_process else None,
                          recognition_metadata=RecognitionMetadata(recognizer_name=e.source,
                                                                   recognizer_identifier=f"rsinfer-{e.source}"))
-           for e in det.entities[0]
+           for e in _joined(req.text, det.entities[0])
            if e.score >= floor and (req.entities is None or presidio_type(e) in req.entities)]
     return json_response(out)
 
