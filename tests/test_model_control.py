@@ -275,3 +275,14 @@ def test_inspect_says_what_warmup_ran(folders, tmp_path):
     assert "6 forwards (batch 1, batch 4)" in table.stdout
     cold = subprocess.run([*run, "cold", "--config", str(cfg), "--json"], capture_output=True, text=True, timeout=120)
     assert json.loads(cold.stdout)["warmup"] is None
+
+
+def test_start_up_loads_are_counted_once(folders, tmp_path, serve_mode):
+    """rsinfer_model_loads_total counts each model's load at start once: with the worker split the engine counts
+    it, and a front end (which loads nothing) does not count it again."""
+    cfg = write_config(tmp_path / "rsinfer.yaml", [
+        {"name": "adder", "kind": "tensor", "path": str(folders["plus1"]), "max_batch_size": 8, "replicas": 1}])
+    with ServerThread(load_config(cfg), mode=serve_mode) as srv:
+        metrics = httpx.get(srv.url + "/metrics").text
+    assert 'rsinfer_model_loads_total{model="adder",result="success"} 1.0' in metrics
+    assert 'rsinfer_model_state{model="adder",state="READY"} 1.0' in metrics

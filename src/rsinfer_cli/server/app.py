@@ -17,7 +17,7 @@ from aiohttp.typedefs import Middleware
 from .. import families
 from ..config import Config
 from ..engine.cache import RedisCache
-from ..engine.control import ModelControl
+from ..engine.control import Control, ModelControl
 from ..engine.scheduler import REQUEST_RECORD, RequestRecord
 from ..errors import ConfigError
 from ..runtime import Runtime
@@ -253,9 +253,10 @@ def check_served(config: Config) -> None:
                           f"remove or comment out {names}")
 
 
-def create_app(runtime: Runtime) -> web.Application:
+def create_app(runtime: Runtime, control: Callable[[ServerState], Control] | None = None) -> web.Application:
     """The HTTP front door over `runtime` (started here if it was not), which must report to the server's
-    `Metrics`. Its cleanup drains the other front doors, then closes the runtime."""
+    `Metrics`. `control(state)`: who changes the served set (a front-end process: its engines); by default the
+    runtime's own ModelControl. Its cleanup drains the other front doors, then closes the runtime."""
     config = runtime.config
     metrics = runtime.metrics
     if not isinstance(metrics, Metrics):
@@ -274,7 +275,8 @@ def create_app(runtime: Runtime) -> web.Application:
     app = web.Application(client_max_size=int(config.server.max_body_mb * 2**20),
                           middlewares=[front(config, metrics, limiter, tracing)])
     state = ServerState(runtime=runtime.start(), metrics=metrics, limiter=limiter, tracing=tracing)
-    state.control = ModelControl(runtime, check=check_served, changed=state.refresh, metrics=metrics)
+    state.control = control(state) if control is not None else \
+        ModelControl(runtime, check=check_served, changed=state.refresh, metrics=metrics)
     metrics.add_live(QueueCollector(state.queue_stats))
     app[STATE] = state
     app.add_routes(ops.routes)

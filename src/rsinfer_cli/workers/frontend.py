@@ -314,9 +314,10 @@ def frontend_app(config: Config, clients: Sequence[EngineClient], models: dict[s
     registry = Registry({k: m for k, (m, _) in models.items()}, {m.name: m for m in config.models})
     queues: dict[str, ModelQueue] = {key: RemoteQueue(client, wire_key(m)) for key, (m, client) in models.items()}
     runtime = Runtime(config, registry, metrics or Metrics(), queues=queues, inline_prep=True)
-    app = create_app(runtime)
+    # the engines change the served set: no control of its own here (it would read the file and count the
+    # engines' loads again)
+    app = create_app(runtime, control=lambda state: RemoteControl(runtime, clients, state.refresh))
     state = app[STATE]
-    state.control = RemoteControl(runtime, clients, state.refresh)
 
     def why() -> str | None:
         gone = next((c.gone for c in clients if c.gone is not None), None)
