@@ -84,8 +84,41 @@ class Inference:
         busy[ident] = busy.get(ident, 0) + 1
         t0 = time.perf_counter()
         ok = False
-        try:
-            result = await self._serve(model, pipe, queue, plan, stats, args, kwargs)
+        try:     # the request's paths written out here: a coroutine of their own would cost every request one
+            if self.cache is not None and model.config.cache:
+                result: R = await self._cached(model, pipe, queue, _stamped(plan, stats), args, kwargs)
+                ok = True
+                return result
+            if queue.now():
+                work = _planned(plan, stats, args, kwargs)
+                result = _finish(work, queue.run_now(work.rows, work.costs), stats)
+            else:
+                plan = _stamped(plan, stats)
+                if self.inline_prep:
+                    body = stats.body_bytes if stats is not None else None
+                    loop = asyncio.get_running_loop()
+                    if body is not None and body <= INLINE_BYTES:
+                        work = plan(*args, **kwargs)
+                        result = _finish(work, await queue.submit(work.rows, work.costs, as_is), stats)
+                    else:
+                        work = await loop.run_in_executor(self.prep, functools.partial(plan, *args, **kwargs))
+                        outputs = await queue.submit(work.rows, work.costs, as_is)
+                        result = await loop.run_in_executor(self.prep, _finish, work, outputs, stats)
+                elif queue.batching and not queue.free:
+                    loop = asyncio.get_running_loop()
+                    work = await loop.run_in_executor(self.prep, functools.partial(plan, *args, **kwargs))
+                    result = await queue.submit(work.rows, work.costs, functools.partial(_finish, work, stats=stats))
+                else:
+                    planned: list[Work[R]] = []
+                    whole_plan = plan
+
+                    def whole(runner: Runner) -> R:
+                        planned.append(whole_plan(*args, **kwargs))
+                        return pipe.run(planned[0], runner)
+
+                    result = await queue.run(whole)
+                    work = planned[0]
+            self._observed(model, work.timing, stats)
             ok = True
             return result
         finally:
@@ -95,42 +128,6 @@ class Inference:
             else:
                 del busy[ident]
             self.observer.outcome(model.name, model.version or "", ok, time.perf_counter() - t0, stats)
-
-    async def _serve(self, model: LoadedModel, pipe: RowPipeline, queue: ModelQueue, plan: Callable[..., Work[R]],
-                     stats: RequestRecord | None, args: Any, kwargs: Any) -> R:
-        if self.cache is not None and model.config.cache:
-            return await self._cached(model, pipe, queue, _stamped(plan, stats), args, kwargs)
-        if queue.now():
-            work = _planned(plan, stats, args, kwargs)
-            result: R = _finish(work, queue.run_now(work.rows, work.costs), stats)
-            self._observed(model, work.timing, stats)
-            return result
-        plan = _stamped(plan, stats)
-        if self.inline_prep:
-            body = stats.body_bytes if stats is not None else None
-            loop = asyncio.get_running_loop()
-            if body is not None and body <= INLINE_BYTES:
-                work = plan(*args, **kwargs)
-                result = _finish(work, await queue.submit(work.rows, work.costs, as_is), stats)
-            else:
-                work = await loop.run_in_executor(self.prep, functools.partial(plan, *args, **kwargs))
-                outputs = await queue.submit(work.rows, work.costs, as_is)
-                result = await loop.run_in_executor(self.prep, _finish, work, outputs, stats)
-        elif queue.batching and not queue.free:
-            loop = asyncio.get_running_loop()
-            work = await loop.run_in_executor(self.prep, functools.partial(plan, *args, **kwargs))
-            result = await queue.submit(work.rows, work.costs, functools.partial(_finish, work, stats=stats))
-        else:
-            planned: list[Work[R]] = []
-
-            def whole(runner: Runner) -> R:
-                planned.append(plan(*args, **kwargs))
-                return pipe.run(planned[0], runner)
-
-            result = await queue.run(whole)
-            work = planned[0]
-        self._observed(model, work.timing, stats)
-        return result
 
     def run(self, model: LoadedModel, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args,
             **kwargs: PlanArgs.kwargs) -> R:
