@@ -312,7 +312,7 @@ def _rules(patterns: Path | None, allow: Path | None) -> Any:
             values = [line.strip() for line in allow.read_text(encoding="utf-8").splitlines() if line.strip()]
         except OSError as exc:
             raise ConfigError(f"--allow {allow}: cannot read it: {exc.strerror}") from None
-    return Rules(compiled, values)
+    return Rules.of(compiled, values)
 
 
 PATTERNS_OPT = typer.Option(None, "--patterns", help="YAML or JSON file: a list of pattern recognizers "

@@ -462,7 +462,7 @@ class PiiOptions:
     def rules(self) -> Rules:
         """The patterns and lists compiled (InputError naming the key of a bad one)."""
         patterns = [Pattern(spec, f"pii_patterns[{i}]") for i, spec in enumerate(self.pii_patterns)]
-        return Rules(patterns, self.allow_list, self.allow_list_match == "regex", self.deny_list)
+        return Rules.of(patterns, self.allow_list, self.allow_list_match == "regex", self.deny_list)
 
     def check(self) -> list[tuple[str, str]]:
         errors = []

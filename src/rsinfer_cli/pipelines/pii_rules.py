@@ -139,19 +139,31 @@ def normalise(value: str) -> str:
     return unicodedata.normalize("NFKC", value).casefold()
 
 
+@dataclass(frozen=True)
 class Rules:
-    """Patterns, allow and deny lists, compiled: the model entry's, or the entry's with a request's added."""
+    """Patterns, allow and deny lists, compiled (`Rules.of`): the model entry's, or the entry's with a request's
+    added (`merged`)."""
 
-    def __init__(self, patterns: Sequence[Pattern] = (), allow: Sequence[str] = (), allow_regex: bool = False,
-                 deny: Mapping[str, Sequence[str]] | None = None) -> None:
-        self.patterns = list(patterns)
-        self.allow_values = frozenset(normalise(v) for v in allow) if not allow_regex else frozenset()
-        self.allow_regexes = [compile_re2(v, f"allow_list[{i}]") for i, v in enumerate(allow)] if allow_regex \
-            else []
-        self.deny = {t: list(vs) for t, vs in (deny or {}).items() if vs}
-        self._deny = [(t, re.compile(r"(?<!\w)(?:" + "|".join(re.escape(v) for v in sorted(vs, key=len, reverse=True))
-                                     + r")(?!\w)", re.IGNORECASE)) for t, vs in self.deny.items()]
-        self.types = sorted({p.entity_type for p in self.patterns} | set(self.deny))
+    patterns: tuple[Pattern, ...] = ()
+    allow_values: frozenset[str] = frozenset()        # normalised (NFKC, case folded)
+    allow_regexes: tuple[Any, ...] = ()               # RE2, matching the whole value
+    deny: tuple[tuple[str, re.Pattern[str]], ...] = ()  # (entity type, its values as one whole-word pattern)
+
+    @classmethod
+    def of(cls, patterns: Sequence[Pattern] = (), allow: Sequence[str] = (), allow_regex: bool = False,
+           deny: Mapping[str, Sequence[str]] | None = None) -> Rules:
+        return cls(
+            patterns=tuple(patterns),
+            allow_values=frozenset() if allow_regex else frozenset(normalise(v) for v in allow),
+            allow_regexes=tuple(compile_re2(v, f"allow_list[{i}]") for i, v in enumerate(allow)) if allow_regex
+            else (),
+            deny=tuple((t, re.compile(r"(?<!\w)(?:" + "|".join(re.escape(v) for v in sorted(vs, key=len,
+                                                                                          reverse=True))
+                                      + r")(?!\w)", re.IGNORECASE)) for t, vs in (deny or {}).items() if vs))
+
+    @property
+    def types(self) -> list[str]:
+        return sorted({p.entity_type for p in self.patterns} | {t for t, _ in self.deny})
 
     @property
     def empty(self) -> bool:
@@ -159,7 +171,7 @@ class Rules:
 
     def found(self, text: str) -> list[Found]:
         """The deny list's values (score 1.0) and the patterns' matches in `text`."""
-        out = [Found(t, *m.span(), 1.0) for t, rx in self._deny for m in rx.finditer(text)]
+        out = [Found(t, *m.span(), 1.0) for t, rx in self.deny for m in rx.finditer(text)]
         for p in self.patterns:
             out.extend(p.find(text))
         return out
@@ -172,17 +184,11 @@ class Rules:
     def describe(self) -> dict[str, Any]:
         return {"patterns": [{"name": p.name, "entity_type": p.entity_type} for p in self.patterns],
                 "allow_list": len(self.allow_values) + len(self.allow_regexes),
-                "deny_list": {t: len(vs) for t, vs in self.deny.items()}}
+                "deny_list": sorted({t for t, _ in self.deny})}
 
     def merged(self, other: Rules) -> Rules:
-        out = Rules.__new__(Rules)
-        out.patterns = self.patterns + other.patterns
-        out.allow_values = self.allow_values | other.allow_values
-        out.allow_regexes = self.allow_regexes + other.allow_regexes
-        out.deny = {t: self.deny.get(t, []) + other.deny.get(t, []) for t in {*self.deny, *other.deny}}
-        out._deny = self._deny + other._deny
-        out.types = sorted(set(self.types) | set(other.types))
-        return out
+        return Rules(self.patterns + other.patterns, self.allow_values | other.allow_values,
+                     self.allow_regexes + other.allow_regexes, self.deny + other.deny)
 
 
 def request_rules(patterns: Sequence[Mapping[str, Any]] | None, allow: Sequence[str] | None, allow_match: str,
@@ -207,7 +213,7 @@ def request_rules(patterns: Sequence[Mapping[str, Any]] | None, allow: Sequence[
         if not re.fullmatch(r"[A-Z][A-Z0-9_]*", t):
             raise InputError(f"deny_list: '{t}' is not an entity type (capitals, digits and underscores)",
                              param="deny_list")
-    return Rules(compiled, values, allow_match == "regex", denied)
+    return Rules.of(compiled, values, allow_match == "regex", denied)
 
 
 def spec_of(raw: Mapping[str, Any], where: str) -> PatternSpec:

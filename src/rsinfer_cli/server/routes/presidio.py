@@ -252,7 +252,8 @@ async def recognizers(request: web.Request) -> web.Response:
 # ---------------------------------------------------------------- /anonymize
 
 
-def _operator(cfg: OperatorConfig, etype: str) -> tuple[str, Any]:
+def _checked(cfg: OperatorConfig, etype: str) -> OperatorConfig:
+    """An anonymizer's settings, checked (a 400 naming the entity type and what is wrong)."""
     kind = cfg.type
     if kind not in OPERATORS:
         why = "encrypt and decrypt need a key store rsinfer does not keep" if kind in ("encrypt", "decrypt") else \
@@ -265,10 +266,11 @@ def _operator(cfg: OperatorConfig, etype: str) -> tuple[str, Any]:
             raise InputError(f"anonymizers.{etype}: mask needs `chars_to_mask` >= 0", param="anonymizers")
     if kind == "hash" and (cfg.hash_type or "sha256") not in ("sha256", "sha512"):
         raise InputError(f"anonymizers.{etype}.hash_type must be sha256 or sha512", param="anonymizers")
-    return kind, cfg
+    return cfg
 
 
-def _apply(kind: str, cfg: OperatorConfig, value: str, etype: str, salt: bytes) -> str:
+def _apply(cfg: OperatorConfig, value: str, etype: str, salt: bytes) -> str:
+    kind = cfg.type
     if kind == "replace":
         return cfg.new_value if cfg.new_value is not None else f"<{etype}>"
     if kind == "redact":
@@ -291,8 +293,8 @@ async def anonymize(request: web.Request) -> web.Response:
     req = call.req
     text = req.text
     check_chars(call, "text", [text])
-    operators = {k: _operator(v, k) for k, v in (req.anonymizers or {}).items()}
-    default = operators.get("DEFAULT", ("replace", OperatorConfig(type="replace")))
+    operators = {k: _checked(v, k) for k, v in (req.anonymizers or {}).items()}
+    default = operators.get("DEFAULT", OperatorConfig(type="replace"))
     spans = []
     for i, r in enumerate(req.analyzer_results):
         if not 0 <= r.start < r.end <= len(text):
@@ -305,10 +307,9 @@ async def anonymize(request: web.Request) -> web.Response:
     salt = call.pipeline(PiiPipeline).salt
 
     def new_value(e: Entity, value: str) -> str:
-        kind, cfg = operators.get(e.entity_type, default)
-        return _apply(kind, cfg, value, e.entity_type, salt)
+        return _apply(operators.get(e.entity_type, default), value, e.entity_type, salt)
 
     out, done = rewrite(text, spans, new_value)
     items = [AnonymizeItem(start=a, end=b, entity_type=e.entity_type, text=new,
-                           operator=operators.get(e.entity_type, default)[0]) for e, new, a, b in done]
+                           operator=operators.get(e.entity_type, default).type) for e, new, a, b in done]
     return json_response(AnonymizeResponse(text=out, items=items))
