@@ -86,6 +86,7 @@ class Runtime:
             key: self._queue(m, self.pipelines[key]) for key, m in registry.models.items()}
         self.cache: Cache | None = None
         self.draining: list[asyncio.Future[Any]] = []   # the front doors' drains, awaited by drain()
+        self._retiring: set[asyncio.Task[None]] = set()  # replaced versions draining (retire_later)
         self._core: Inference | None = None
 
     def _queue(self, m: LoadedModel, pipe: RowPipeline) -> ModelQueue:
@@ -129,6 +130,16 @@ class Runtime:
             # up to this number, read at each submit)
             pool._max_workers = self.registry.plan.infer_threads  # noqa: SLF001
         return old
+
+    def retire_later(self, versions: list[LoadedModel], quiet_s: float = 0.0) -> None:
+        """`retire` the versions `install` replaced, in the background (a change does not wait for the requests
+        the old versions hold), at most the request deadline; `close` stops what is still draining."""
+        if not versions:
+            return
+        timeout = self.config.server.request_timeout_ms / 1000 + 1
+        task = asyncio.ensure_future(self.retire(list(versions), timeout, quiet_s))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     async def retire(self, versions: list[LoadedModel], timeout_s: float, quiet_s: float = 0.0) -> None:
         """Once the replaced `versions` hold nothing (no request in flight here, nothing queued or running in their
@@ -199,6 +210,8 @@ class Runtime:
 
     async def close(self) -> None:
         """The queues stopped (what still waits fails), the threads joined, the cache closed."""
+        for task in list(self._retiring):
+            task.cancel()
         for q in self.queues.values():
             q.stop()
         if self._core is not None:

@@ -100,9 +100,6 @@ class Control:
     async def unload(self, name: str) -> None:
         raise NotImplementedError
 
-    async def close(self) -> None:
-        raise NotImplementedError
-
 
 class ModelControl(Control):
     """`check(config)` refuses a config the server cannot serve (kinds without routes); `select(config)` keeps the
@@ -124,7 +121,6 @@ class ModelControl(Control):
         # not edits of the file, so a reload compares the file with itself
         self.file_server = self._file_server()
         self._lock = asyncio.Lock()
-        self._retiring: set[asyncio.Task[None]] = set()
         for m in runtime.config.models:
             versions = runtime.registry.entries.get(m.name)
             if versions and metrics is not None:     # the start-up loads count too
@@ -216,11 +212,6 @@ class ModelControl(Control):
             self._set(name, UNAVAILABLE, why)
             self._changed()
 
-    async def close(self) -> None:
-        """The versions still draining are freed (the server is stopping)."""
-        for task in list(self._retiring):
-            task.cancel()
-
     # ------------------------------------------------------------ the steps
 
     async def _read(self) -> Config:
@@ -285,14 +276,7 @@ class ModelControl(Control):
         self._set(name, READY, f"version {shown}")
 
     def _retire(self, versions: list[LoadedModel]) -> None:
-        """The replaced versions answer what they hold, then are freed (in the background: a reload does not wait
-        for the old requests)."""
-        if not versions:
-            return
-        timeout = self.runtime.config.server.request_timeout_ms / 1000 + 1
-        task = asyncio.ensure_future(self.runtime.retire(list(versions), timeout, self.quiet_s))
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
+        self.runtime.retire_later(versions, self.quiet_s)
 
     def _set(self, name: str, state: str, reason: str = "", *, quiet: bool = False) -> None:
         before = self.states.get(name)
@@ -312,9 +296,3 @@ class ModelControl(Control):
     def _changed(self) -> None:
         if self.changed is not None:
             self.changed()
-
-
-async def wait_retired(control: ModelControl) -> None:
-    """Every replaced version freed (tests and benchmarks: the RSS after an unload)."""
-    while control._retiring:       # noqa: SLF001 - this module's own helper
-        await asyncio.gather(*list(control._retiring), return_exceptions=True)  # noqa: SLF001

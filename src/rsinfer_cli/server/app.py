@@ -290,7 +290,6 @@ def create_app(runtime: Runtime, control: Callable[[ServerState], Control] | Non
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         yield
         await runtime.drain()      # the gRPC front's calls in flight finish first
-        await state.models.close()
         await runtime.close()
         if tracing is not None:
             tracing.close()        # the batched spans are sent

@@ -165,7 +165,6 @@ class EngineServer:
                 abandon()
             for channel in list(self._channels):   # the front ends learn at once that this engine is gone
                 channel.close()
-            await self.control.close()
             await self.runtime.close()
 
     async def _flush_every(self, seconds: float) -> None:

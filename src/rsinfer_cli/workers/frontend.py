@@ -187,7 +187,6 @@ class RemoteControl(Control):
         self.owner: dict[str, EngineClient] = {}       # wire key → the engine that runs it
         self._applying: asyncio.Future[None] | None = None
         self._lock = asyncio.Lock()
-        self._retiring: set[asyncio.Task[None]] = set()
         runtime.queue_for = lambda m: RemoteQueue(self.owner[wire_key(m)], wire_key(m))
         for client in self.clients:
             client.on_catalog = self._pushed
@@ -274,10 +273,7 @@ class RemoteControl(Control):
             replaced = rt.install(name, new, pipes, entry)
         else:
             replaced = rt.install(name, None, {})
-        if replaced:
-            task = asyncio.ensure_future(rt.retire(list(replaced), rt.config.server.request_timeout_ms / 1000 + 1))
-            self._retiring.add(task)
-            task.add_done_callback(self._retiring.discard)
+        rt.retire_later(replaced)
 
     def _adopt_entries(self) -> None:
         """The config's models as the engines have them now (for the repository index), in the order known."""
@@ -286,10 +282,6 @@ class RemoteControl(Control):
         order = [m.name for m in rt.config.models]
         models = sorted(configured.values(), key=lambda m: order.index(m.name) if m.name in order else len(order))
         rt.config = replace(rt.config, models=tuple(models))
-
-    async def close(self) -> None:
-        for task in list(self._retiring):
-            task.cancel()
 
 
 async def connect(engines: Sequence[str],
