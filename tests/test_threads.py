@@ -254,6 +254,75 @@ class TestLatencyLane:
         asyncio.run(asyncio.wait_for(main(), 10))
 
 
+class TestLoneRow:
+    """A lone row whose latency-lane forward is known to be short runs on that lane on the event loop's own thread:
+    no job, future or thread hop (engine/scheduler.py `lone`)."""
+
+    class Threads(Sessions):
+        def __init__(self, delay: float = 0.0) -> None:
+            super().__init__()
+            self.release.set()
+            self.delay = delay
+            self.threads: list[int] = []
+
+        def forward(self, session, rows):
+            self.threads.append(threading.get_ident())
+            time.sleep(self.delay)
+            return super().forward(session, rows)
+
+    def test_a_lone_row_runs_on_the_loop_once_its_forward_is_known_short(self):
+        async def main():
+            fake, budget = self.Threads(), CpuBudget(2)
+            s = lanes(fake, "a", budget)
+            assert await s.submit([1], [4], list) == [10]        # the first: nothing known yet, a worker runs it
+            assert fake.ran == ["a:wide"] and fake.threads[0] != threading.get_ident()
+            await until(lambda: s.running == 0 and budget.free == 2, "the lane returns its CPUs")
+            assert s.lone(1) and s.lone(1, 4) and not s.lone(2)
+            assert not s.lone(1, 10**9)                           # a row this long would hold the loop
+            assert s.run_now([2], [4], lone=True) == [20]
+            assert fake.ran[-1] == "a:wide" and fake.threads[-1] == threading.get_ident()
+            assert s.running == 0 and budget.free == 2            # the lane and its CPUs are back at once
+            answers: list = []
+            assert s.enqueue([3], [4], list, lambda answer, exc: answers.append((answer, exc))) is None
+            assert answers == [([30], None)] and fake.threads[-1] == threading.get_ident()
+
+        asyncio.run(asyncio.wait_for(main(), 10))
+
+    def test_not_lone_while_anything_else_runs_or_waits(self):
+        async def main():
+            fake, budget = self.Threads(), CpuBudget(2)
+            a, b = lanes(fake, "a", budget), lanes(fake, "b", budget)
+            await a.submit([1], [4], list)
+            await until(lambda: a.running == 0 and budget.free == 2, "the lane returns its CPUs")
+            assert a.lone()
+            fake.release.clear()                                  # b's forward holds a CPU
+            running = asyncio.create_task(b.submit([1], [4], list))
+            await until(lambda: b.running == 1, "b's forward starts")
+            assert not a.lone()
+            fake.release.set()
+            await running
+            await until(lambda: budget.free == 2, "b's CPUs are back")
+            assert a.lone()
+            assert await asyncio.to_thread(a.lone) is False      # only on the event loop's thread
+
+        asyncio.run(asyncio.wait_for(main(), 10))
+
+    def test_a_slow_forward_keeps_its_worker_thread(self):
+        """A one-row forward over LONE_FORWARD_S would hold the loop that long: it keeps the hop."""
+        from rsinfer_cli.engine.scheduler import LONE_FORWARD_S
+
+        async def main():
+            fake, budget = self.Threads(delay=LONE_FORWARD_S * 1.5), CpuBudget(2)
+            s = lanes(fake, "a", budget)
+            for i in range(3):
+                assert await s.submit([i], [1], list) == [10 * i]     # one token each
+                await until(lambda: s.running == 0, "the lane is back")
+            assert not s.lone()
+            assert all(t != threading.get_ident() for t in fake.threads)
+
+        asyncio.run(asyncio.wait_for(main(), 10))
+
+
 # ------------------------------------------------------------------ what a loaded model gets
 
 
@@ -402,3 +471,40 @@ def test_start_up_log_has_the_plan(tmp_path, caplog):
     assert lines[0].startswith("thread plan: CPUs: 2 (") and "server.threads = 2" in lines[0]
     assert "thread plan: model m: 2 x 1 thread sharing one session + a latency lane of 2 threads (plan)" in lines
     assert reg.plan.infer_threads == 6 and reg.plan.prep_threads == 2
+
+
+@pytest.mark.parametrize("mode", ["single", "workers"])
+def test_a_lone_small_request_runs_on_the_event_loop(tmp_path, mode):
+    """One client, one short text at a time: once the latency lane's one-row forward is known short, each request's
+    forward runs on the event loop's thread - the server's (one process) or the engine's (worker split) - with the
+    same answer as the first, hopped one."""
+    import httpx
+
+    from serverutil import ServerThread
+
+    with ServerThread(parse_config(synth_config(tmp_path)), mode=mode) as srv, \
+            httpx.Client(base_url=srv.url, timeout=30) as c:
+        if srv.registry.plan.cpus.count < 2:
+            pytest.skip("one CPU: no latency lane")
+        key = next(k for k, p in srv.pipelines.items() if p.model.name == "m")
+        sched = srv.schedulers[key]
+        threads: list[str] = []
+        forward = sched.forward
+
+        def traced(session, rows):
+            threads.append(threading.current_thread().name)
+            return forward(session, rows)
+
+        sched.forward = traced
+        vectors = []
+        for _ in range(3):
+            r = c.post("/v1/embeddings", json={"model": "m", "input": "how do I reset my password"})
+            assert r.status_code == 200, r.text
+            vectors.append(r.json()["data"][0]["embedding"])
+        loop_thread = "engine" if mode == "workers" else "server"
+        assert threads[0] != loop_thread and threads[1:] == [loop_thread, loop_thread], threads
+        assert vectors[0] == vectors[1] == vectors[2]
+        big = c.post("/v1/embeddings", json={"model": "m", "input": "word " * 1000})
+        assert big.status_code == 200
+        if mode == "single":    # a body over INLINE_BYTES is tokenized and run on worker threads
+            assert threads[-1] != loop_thread

@@ -18,7 +18,10 @@ answer (`finish`), so a batched request crosses to worker threads twice at most:
 Lanes (engine/threads.py): the sessions are the model's narrow lanes (one forward each at a time). A planned CPU
 model also has a latency lane (`wide`, every CPU on one forward) and shares the process's `CpuBudget` with the other
 planned models: a narrow forward takes `cost` CPUs of it, and work that forms a single forward with nothing else
-running or waiting anywhere in the process goes to the latency lane, which takes all of them.
+running or waiting anywhere in the process goes to the latency lane, which takes all of them. A lone one-row request
+whose latency-lane forward is known to be short runs there on the event loop's own thread (`lone`): a hop to a worker
+thread and back cost a one-client request ~0.3 ms on 2 CPUs (benchmarks/latency.py), and the loop would have nothing
+else to start meanwhile - the lane holds every CPU.
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ class ModelQueue(Protocol):
     def free(self) -> bool: ...
     async def run(self, fn: Callable[[Runner], T]) -> T: ...
     def now(self) -> bool: ...
-    def run_now(self, rows: Sequence[Any], costs: Sequence[int]) -> list[Any]: ...
+    def lone(self, rows: int = 1, cost: int = 0) -> bool: ...
+    def run_now(self, rows: Sequence[Any], costs: Sequence[int], lone: bool = False) -> list[Any]: ...
     async def submit(self, rows: Sequence[Any], costs: Sequence[int], finish: Callable[[list[Any]], T]) -> T: ...
     def stop(self) -> None: ...
 
@@ -94,6 +98,11 @@ class ModelQueue(Protocol):
 INLINE_FORWARD_S = 100e-6
 INLINE_AFTER = 16           # forwards measured (on worker threads) before that is decided
 PROBE_GAP = (32, 4096)      # forwards between two probes on the loop: the first gap, the longest after failures
+# a lone row runs on the latency lane on the loop's thread when its forward should take at most this (its tokens times
+# the lane's one-row seconds per token, which overestimates a longer row than those measured): the loop is held no
+# longer (health probes, timers and other models' answers wait that long at most), and the hop it saves (~0.3 ms) is
+# under 3 % of anything slower
+LONE_FORWARD_S = 0.010
 
 @dataclass(slots=True)
 class RequestRecord:
@@ -189,10 +198,12 @@ class Runner:
         if self._observer is not None:
             self._observer.forward(len(rows), len(rows) * max(costs, default=1), t1 - t0)
         self.took, self.took_cpu = t1 - t0, (c1 - c0) if cpu else t1 - t0
+        self.took_cost = costs[0] if len(rows) == 1 else None
         return out
 
     took = 0.0      # the last forward's seconds, and its CPU seconds on this thread: the scheduler learns from them
     took_cpu = 0.0  # whether this model's forwards are tiny
+    took_cost: int | None = None    # (and, of one row, its cost: the latency lane learns its seconds per token)
     on_thread = True    # measure the CPU too (a worker thread's wall time counts its wait for the GIL; the loop's not)
     spent = 0.0     # without a job (run here, at once): the forwards' seconds, and the first start to the last end
     span: tuple[float, float] | None = None
@@ -270,6 +281,7 @@ class Scheduler:
         self._probe_gap = PROBE_GAP[0]
         self._next_probe = INLINE_AFTER
         self._loop_thread = 0
+        self._lone_s = math.inf       # the latency lane's one-row forwards' wall seconds per token (EWMA); unknown
 
     @classmethod
     def for_model(cls, key: str, model: Any, pipe: Forwarding, executor: Executor, *,
@@ -338,23 +350,26 @@ class Scheduler:
         """`submit` without a coroutine or task of its own (an engine process takes thousands of small requests a
         second): `done(answer, None)` or `done(None, error)` once the rows are answered, failed or timed out, never
         after they were abandoned. Returns the function that abandons them, or None when `done` was called before
-        this returned: no rows, or a tiny model's direct request run at once on a free lane (as `run` does: no job,
-        future or callback). Rows that do not batch (batching off, or more than the queue holds) run as one direct
-        job, as `submit` runs them. Saturated is raised here, as submit raises it."""
+        this returned: no rows, a tiny model's direct request run at once on a free lane (as `run` does: no job,
+        future or callback), or a lone row run at once on the latency lane (`lone`). Rows that do not batch (batching
+        off, or more than the queue holds) run as one direct job, as `submit` runs them. Saturated is raised here, as
+        submit raises it."""
         n = len(rows)
         if n == 0:
             done(finish([]), None)
             return None
         loop = self._get_loop()
-        if not self.batching or n > self.capacity:
-            if self.now():
-                try:
-                    answer = finish(self.run_now(rows, costs))
-                except Exception as exc:  # noqa: BLE001 - the request's error, handed to its caller
-                    done(None, exc)
-                else:
-                    done(answer, None)
-                return None
+        direct = not self.batching or n > self.capacity
+        lone = self.lone(n, costs[0])
+        if lone or (direct and self.now()):
+            try:
+                answer = finish(self.run_now(rows, costs, lone=lone))
+            except Exception as exc:  # noqa: BLE001 - the request's error, handed to its caller
+                done(None, exc)
+            else:
+                done(answer, None)
+            return None
+        if direct:
             job = self._admit(_Job(loop.create_future(), time.perf_counter(), direct=self._whole(rows, costs, finish)),
                               0)
         else:
@@ -590,17 +605,25 @@ class Scheduler:
         return not self._queue and bool(self._idle) and self._loop_thread == threading.get_ident() \
             and self._slots() > 0 and self._tiny()
 
-    def run_now(self, rows: Sequence[Any], costs: Sequence[int]) -> list[Any]:
-        """A request's rows at once, here (only when `now()` says so): one row is one forward on a lane with no job,
-        future or runner (the core's path for a small request of a tiny model: ~2 µs less than `_run_here` in a
-        tight loop, 4-8 µs less under load); more rows run as the direct path runs them. The same metrics, learning,
-        lane accounting and timing record as a queued forward."""
+    def lone(self, rows: int = 1, cost: int = 0) -> bool:
+        """`rows` of `cost` (tokens) would run at once, here on the event loop's thread, on the latency lane
+        (`run_now(..., lone=True)`): one row, nothing else running or waiting in the process, and its forward known
+        to take at most LONE_FORWARD_S (cost 0: before the request is tokenized, whether a one-row forward ever
+        does)."""
+        return rows == 1 and max(cost, 1) * self._lone_s <= LONE_FORWARD_S and not self._queue and self._alone() \
+            and self._loop_thread == threading.get_ident()
+
+    def run_now(self, rows: Sequence[Any], costs: Sequence[int], lone: bool = False) -> list[Any]:
+        """A request's rows at once, here (only when `now()` says so, or `lone()` for `lone`): one row is one forward
+        on a lane with no job, future or runner (the core's path for a small request of a tiny model: ~2 µs less than
+        `_run_here` in a tight loop, 4-8 µs less under load; a lone row's on the latency lane); more rows run as the
+        direct path runs them. The same metrics, learning, lane accounting and timing record as a queued forward."""
         if len(rows) != 1:
             return self._run_here(self._whole(rows, costs, as_is))
         observer = self.observer
         if observer is not None:
             observer.waited(0.0)
-        session = self._take()      # a narrow lane, as in _run_here
+        session = self._take(wide=lone)     # else a narrow lane, as in _run_here
         self.running += 1
         t0 = time.perf_counter()
         try:
@@ -609,6 +632,8 @@ class Scheduler:
             t1 = time.perf_counter()
             self._give_back(session)
         self._took(t1 - t0, t1 - t0, True)
+        if lone:
+            self._lone_took(t1 - t0, costs[0])
         if observer is not None:
             observer.forward(1, costs[0], t1 - t0)
         _record(t0, t0, t1 - t0, (t0, t1))
@@ -648,6 +673,13 @@ class Scheduler:
     def _learn(self, runner: Runner) -> None:
         if runner.took:
             self._took(runner.took, runner.took_cpu, threading.get_ident() == self._loop_thread)
+            if runner.took_cost is not None and runner.session is self.wide:
+                self._lone_took(runner.took, runner.took_cost)
+
+    def _lone_took(self, wall: float, cost: int) -> None:
+        """A one-row forward of `cost` tokens on the latency lane took `wall` seconds (whichever thread ran it)."""
+        per = wall / max(cost, 1)
+        self._lone_s = per if self._lone_s == math.inf else self._lone_s + (per - self._lone_s) * 0.1
 
     def _took(self, wall: float, cpu: float, here: bool) -> None:
         """A forward's wall and CPU seconds; `here`: it ran on the event loop (its wall time is all its own)."""
@@ -716,6 +748,8 @@ class Scheduler:
                 continue
             t1 = time.perf_counter()
             self._took(t1 - t0, t1 - t0 if here else time.thread_time() - c0, here)
+            if len(live) == 1 and session is self.wide:
+                self._lone_took(t1 - t0, costs[0])
             for job in dict.fromkeys(job for job, _ in live):
                 job.ran(t0, t1)
             if self.observer is not None:

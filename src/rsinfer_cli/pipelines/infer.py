@@ -65,7 +65,8 @@ class Inference:
         all of it in one thread hop on that replica - there is nothing to batch with. Else tokenized on the prep
         pool, then the rows join the model's batching queue, and the worker that runs the request's last forward
         builds the answer (two hops). A tiny model's request with a lane free and nobody queued: all of it here, now,
-        on the event loop (no hop, no job: `run_now`)."""
+        on the event loop (no hop, no job: `run_now`); so is a small request's one row that would run alone on the
+        latency lane (`lone`), when that lane's one-row forward is short."""
         key = model.key
         pipe = self.pipelines.get(key)
         if pipe is not None and pipe.model is model:
@@ -92,6 +93,13 @@ class Inference:
             if queue.now():
                 work = _planned(plan, stats, args, kwargs)
                 result = _finish(work, queue.run_now(work.rows, work.costs), stats)
+            elif queue.lone() and stats is not None and stats.body_bytes is not None \
+                    and stats.body_bytes <= INLINE_BYTES:
+                work = _planned(plan, stats, args, kwargs)     # a small body: tokenized here, then
+                if queue.lone(len(work.rows), work.costs[0] if work.rows else 0):   # one short row: its forward too
+                    result = _finish(work, queue.run_now(work.rows, work.costs, lone=True), stats)
+                else:
+                    result = await queue.run(functools.partial(pipe.run, work))
             else:
                 plan = _stamped(plan, stats)
                 if self.inline_prep:

@@ -158,8 +158,11 @@ class RemoteQueue:
     def now(self) -> bool:
         return False        # the forward is always in the engine
 
-    def run_now(self, rows: Sequence[Any], costs: Sequence[int]) -> list[Any]:
-        raise RuntimeError("a front end never holds a replica")  # `now()` is False
+    def lone(self, rows: int = 1, cost: int = 0) -> bool:
+        return False        # the same
+
+    def run_now(self, rows: Sequence[Any], costs: Sequence[int], lone: bool = False) -> list[Any]:
+        raise RuntimeError("a front end never holds a replica")  # `now()` and `lone()` are False
 
     def stop(self) -> None:
         pass
