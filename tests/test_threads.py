@@ -282,9 +282,6 @@ class TestLoneRow:
             assert s.run_now([2], [4], lone=True) == [20]
             assert fake.ran[-1] == "a:wide" and fake.threads[-1] == threading.get_ident()
             assert s.running == 0 and budget.free == 2            # the lane and its CPUs are back at once
-            answers: list = []
-            assert s.enqueue([3], [4], list, lambda answer, exc: answers.append((answer, exc))) is None
-            assert answers == [([30], None)] and fake.threads[-1] == threading.get_ident()
 
         asyncio.run(asyncio.wait_for(main(), 10))
 
@@ -473,26 +470,26 @@ def test_start_up_log_has_the_plan(tmp_path, caplog):
     assert reg.plan.infer_threads == 6 and reg.plan.prep_threads == 2
 
 
-@pytest.mark.parametrize("mode", ["single", "workers"])
-def test_a_lone_small_request_runs_on_the_event_loop(tmp_path, mode):
+def test_a_lone_small_request_runs_on_the_event_loop(tmp_path):
     """One client, one short text at a time: once the latency lane's one-row forward is known short, each request's
-    forward runs on the event loop's thread - the server's (one process) or the engine's (worker split) - with the
-    same answer as the first, hopped one."""
+    forward runs on the server's event-loop thread, with the same answer as the first, hopped one; a large body, or
+    requests that arrive together, keep the hop (and batch)."""
     import httpx
+
+    from rsinfer_cli.engine.scheduler import REQUEST_RECORD, RequestRecord
 
     from serverutil import ServerThread
 
-    with ServerThread(parse_config(synth_config(tmp_path)), mode=mode) as srv, \
-            httpx.Client(base_url=srv.url, timeout=30) as c:
+    with ServerThread(parse_config(synth_config(tmp_path))) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
         if srv.registry.plan.cpus.count < 2:
             pytest.skip("one CPU: no latency lane")
         key = next(k for k, p in srv.pipelines.items() if p.model.name == "m")
-        sched = srv.schedulers[key]
-        threads: list[str] = []
+        pipe, sched = srv.pipelines[key], srv.schedulers[key]
+        threads: list[tuple[str, int]] = []
         forward = sched.forward
 
         def traced(session, rows):
-            threads.append(threading.current_thread().name)
+            threads.append((threading.current_thread().name, len(rows)))
             return forward(session, rows)
 
         sched.forward = traced
@@ -501,10 +498,18 @@ def test_a_lone_small_request_runs_on_the_event_loop(tmp_path, mode):
             r = c.post("/v1/embeddings", json={"model": "m", "input": "how do I reset my password"})
             assert r.status_code == 200, r.text
             vectors.append(r.json()["data"][0]["embedding"])
-        loop_thread = "engine" if mode == "workers" else "server"
-        assert threads[0] != loop_thread and threads[1:] == [loop_thread, loop_thread], threads
+        assert threads[0][0] != "server" and threads[1:] == [("server", 1), ("server", 1)], threads
         assert vectors[0] == vectors[1] == vectors[2]
-        big = c.post("/v1/embeddings", json={"model": "m", "input": "word " * 1000})
-        assert big.status_code == 200
-        if mode == "single":    # a body over INLINE_BYTES is tokenized and run on worker threads
-            assert threads[-1] != loop_thread
+        big = c.post("/v1/embeddings", json={"model": "m", "input": "word " * 1000})  # over INLINE_BYTES: a hop
+        assert big.status_code == 200 and threads[-1][0] != "server"
+
+        async def together(n: int) -> list:
+            async def one(i: int):
+                REQUEST_RECORD.set(RequestRecord(body_bytes=60))     # as the middleware makes it
+                return await srv.state.core.infer(pipe.model, pipe.plan, [f"query number {i}"], None)
+            return await asyncio.gather(*(one(i) for i in range(n)))
+
+        del threads[:]
+        asyncio.run_coroutine_threadsafe(together(8), srv._loop).result(30)
+        assert threads and all(name != "server" for name, _ in threads), threads
+        assert max(rows for _, rows in threads) > 1, threads            # batched together

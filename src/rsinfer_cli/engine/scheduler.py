@@ -350,20 +350,20 @@ class Scheduler:
         """`submit` without a coroutine or task of its own (an engine process takes thousands of small requests a
         second): `done(answer, None)` or `done(None, error)` once the rows are answered, failed or timed out, never
         after they were abandoned. Returns the function that abandons them, or None when `done` was called before
-        this returned: no rows, a tiny model's direct request run at once on a free lane (as `run` does: no job,
-        future or callback), or a lone row run at once on the latency lane (`lone`). Rows that do not batch (batching
-        off, or more than the queue holds) run as one direct job, as `submit` runs them. Saturated is raised here, as
-        submit raises it."""
+        this returned: no rows, or a tiny model's direct request run at once on a free lane (as `run` does: no job,
+        future or callback). Rows that do not batch (batching off, or more than the queue holds) run as one direct
+        job, as `submit` runs them. Saturated is raised here, as submit raises it. (A lone row is not run at once
+        here: rows of several front ends arrive together, and the first one run on the loop would keep the others
+        from being read, then batched, until its forward ended.)"""
         n = len(rows)
         if n == 0:
             done(finish([]), None)
             return None
         loop = self._get_loop()
         direct = not self.batching or n > self.capacity
-        lone = self.lone(n, costs[0])
-        if lone or (direct and self.now()):
+        if direct and self.now():
             try:
-                answer = finish(self.run_now(rows, costs, lone=lone))
+                answer = finish(self.run_now(rows, costs))
             except Exception as exc:  # noqa: BLE001 - the request's error, handed to its caller
                 done(None, exc)
             else:

@@ -56,6 +56,7 @@ class Inference:
         self.inline_prep = inline_prep
         # requests in flight by model (id of its LoadedModel): what a reload waits for before it frees a version
         self.busy: dict[int, int] = {}
+        self.in_flight = 0               # all of them
         # versions a reload replaced or removed, by id, with their pipeline and queue: what they still hold finishes
         self.retiring: dict[int, tuple[RowPipeline, ModelQueue]] = {}
 
@@ -83,6 +84,7 @@ class Inference:
         busy = self.busy
         ident = id(model)
         busy[ident] = busy.get(ident, 0) + 1
+        self.in_flight += 1
         t0 = time.perf_counter()
         ok = False
         try:     # the request's paths written out here: a coroutine of their own would cost every request one
@@ -93,8 +95,8 @@ class Inference:
             if queue.now():
                 work = _planned(plan, stats, args, kwargs)
                 result = _finish(work, queue.run_now(work.rows, work.costs), stats)
-            elif queue.lone() and stats is not None and stats.body_bytes is not None \
-                    and stats.body_bytes <= INLINE_BYTES:
+            elif stats is not None and stats.body_bytes is not None and stats.body_bytes <= INLINE_BYTES \
+                    and queue.lone() and await self._alone(queue):
                 work = _planned(plan, stats, args, kwargs)     # a small body: tokenized here, then
                 if queue.lone(len(work.rows), work.costs[0] if work.rows else 0):   # one short row: its forward too
                     result = _finish(work, queue.run_now(work.rows, work.costs, lone=True), stats)
@@ -130,12 +132,20 @@ class Inference:
             ok = True
             return result
         finally:
+            self.in_flight -= 1
             n = busy[ident] - 1
             if n:
                 busy[ident] = n
             else:
                 del busy[ident]
             self.observer.outcome(model.name, model.version or "", ok, time.perf_counter() - t0, stats)
+
+    async def _alone(self, queue: ModelQueue) -> bool:
+        """Whether a request that would run alone still would once the requests that came in with it have started:
+        a loop iteration later, nothing else is in flight (under load, clients' requests arrive together; the first
+        one run on the loop would keep the others from being read, then batched, until its forward ended)."""
+        await asyncio.sleep(0)
+        return self.in_flight == 1 and queue.lone()
 
     def run(self, model: LoadedModel, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args,
             **kwargs: PlanArgs.kwargs) -> R:
