@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -12,12 +13,24 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def append_results(out: Path, lines: list[str]) -> int:
-    """Append a section to RESULTS.md (and print it); the exit status of a benchmark script."""
-    text = "\n".join(lines)
-    with out.open("a", encoding="utf-8") as f:
-        f.write(text)
-    print(text)
+def write_results(out: Path, lines: list[str]) -> int:
+    """A benchmark's section of RESULTS.md in place of the one there (appended when there is none), and printed; the
+    exit status of a benchmark script. A section is named by its `## ` title's last words, the script's name in
+    backquotes and brackets: RESULTS.md holds the current results, one section per benchmark; their history is
+    git's."""
+    title = next(line for line in lines if line.startswith("## "))
+    tag = re.search(r"\(`[\w.]+\.py`\)$", title)
+    assert tag is not None, f"a section's title ends with its script's name: {title}"
+    text = out.read_text(encoding="utf-8") if out.exists() else ""
+    section = "\n".join(lines[lines.index(title):]).rstrip("\n") + "\n"
+    found = re.search(rf"^## .*{re.escape(tag.group(0))}\n", text, flags=re.M)
+    if found is None:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        end = text.find("\n## ", found.end() - 1)
+        text = text[:found.start()] + section + (text[end + 1:] if end >= 0 else "")
+    out.write_text(text, encoding="utf-8")
+    print(section)
     return 0
 
 
@@ -28,18 +41,20 @@ def spread(values: list[float], fmt: str) -> str:
 
 
 def abba_floor(names: list[str], run: Callable[[str], tuple[float, float]], rate: str,
-               per: str) -> list[str]:
-    """The floor benchmarks' runs and table: each server `run(name)` → (rate, CPU µs per `per`), twice in ABBA order
-    with a pause between; a row per server with the spread of its two passes."""
+               per: str, floor: str, passes: int = 2) -> list[str]:
+    """The floor benchmarks' runs and table: each server `run(name)` → (rate, CPU µs per `per`), `passes` times in
+    ABBA order with a pause between; a row per server with the spread of its passes and its CPU over the `floor`
+    server's, pass by pass (the two measured minutes apart, as close as they come on this machine)."""
     got: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
-    for order in (names, names[::-1]):
-        for name in order:
+    for p in range(passes):
+        for name in (names if p % 2 == 0 else names[::-1]):
             got[name].append(run(name))
             time.sleep(1)
-    lines = ["", f"| server | {rate} | CPU µs per {per} |", "|---|---|---|"]
+    lines = ["", f"| server | {rate} | CPU µs per {per} | × {floor} |", "|---|---|---|---|"]
     for name in names:
+        ratios = [c / f for (_, c), (_, f) in zip(got[name], got[floor], strict=True)]
         lines.append(f"| {name} | {spread([r for r, _ in got[name]], '.0f')} | "
-                     f"{spread([c for _, c in got[name]], '.0f')} |")
+                     f"{spread([c for _, c in got[name]], '.0f')} | {spread(ratios, '.2f')} |")
     return lines
 
 

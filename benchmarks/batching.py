@@ -1,6 +1,6 @@
 """Cross-request batching against the raw ONNX Runtime ceiling and against batching off, in one run.
 
-    .venv/bin/python benchmarks/batching.py            # writes benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/batching.py            # its section of benchmarks/RESULTS.md
 
 Measured on the same machine in the same run, reported as ratios (the machines are shared and noisy):
   (a) the ceiling: the best in-process tokenize + session.run + pooling throughput over batch sizes, on the same
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _serve import Serve, plan_of
+from _serve import Serve, plan_of, write_results
 
 ROOT = Path(__file__).resolve().parent
 SHARED = Path(os.environ.get("RSINFER_SHARED_MODELS") or ROOT.parents[1] / "shared" / "models")
@@ -282,8 +282,9 @@ def main() -> int:
                      "on_over_ceiling": on["rps"] * per / ceil if ceil else None,
                      "p50_on_ms": on["p50_ms"], "p50_off_ms": off["p50_ms"],
                      "errors": on["errors"] + off["errors"]})
-    text = ["# Batching benchmark", "", f"Machine: {machine()}. Run on {time.strftime('%Y-%m-%d')}.", "",
-            "Reproduce: `.venv/bin/python benchmarks/batching.py` (writes this file). Ceiling = best in-process "
+    text = ["## Cross-request batching against the ceiling (`batching.py`)", "",
+            f"Machine: {machine()}. Run on {time.strftime('%Y-%m-%d')}.", "",
+            "Reproduce: `.venv/bin/python benchmarks/batching.py`. Ceiling = best in-process "
             "tokenize + session.run + mean pooling over batch sizes on the same texts, the best of 2 sessions x 1 "
             "thread and 1 x 2: "
             f"{ceil_short:.1f} texts/s for the short queries (batch {b_short}), {ceil_mixed:.1f} texts/s for the "
@@ -299,11 +300,6 @@ def main() -> int:
     if lat is not None:
         text += ["", f"One client, one text: p50 with batching on / off = {lat['p50_on_ms'] / lat['p50_off_ms']:.2f}.",
                  ""]
-    kept = ""  # sections other scripts append (benchmarks/engine.py) survive a rerun of this one
-    if args.out.exists():
-        existing = args.out.read_text(encoding="utf-8")
-        at = existing.find("\n## ")
-        kept = existing[at:] if at >= 0 else ""
     if args.before_src:
         text += [f"Before ({args.before_label or args.before_src}) and now, both batching on, the same run, each the "
                  "mean of two passes "
@@ -317,9 +313,7 @@ def main() -> int:
             text.append(f"| {name} | {b['rps'] * per:.1f} | {n['rps'] * per:.1f} | "
                         f"{n['rps'] / b['rps'] if b['rps'] else 0:.2f} | {b['p50_ms']:.1f} | {n['p50_ms']:.1f} |")
         text.append("")
-    args.out.write_text("\n".join(text) + kept)
-    print("\n".join(text))
-    return 0
+    return write_results(args.out, text)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _serve import Serve, append_results, free_port, plan_of
+from _serve import Serve, free_port, plan_of, write_results
 from batching import ROOT, SHARED, drive, machine
 
 WORDS = ("where is my parcel refund invoice password reset account billing address shipping late order cancel "
@@ -81,7 +81,7 @@ def main() -> int:
             redis_proc.kill()
     distinct_share = len(set(stream[:results["no cache"]["requests"]])) / max(results["no cache"]["requests"], 1)
     base = results["no cache"]["rps"]
-    lines = ["", "## Row cache: Zipf query stream (s = 1.1 over 10,000 queries, 64 clients)", "",
+    lines = ["", "## Row cache: Zipf query stream, s = 1.1 over 10,000 queries, 64 clients (`cache.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/cache.py` (one run, "
              f"{args.max_seconds:.0f} s per mode, each server cold at its start, the same request sequence each "
              f"time). all-MiniLM-L6-v2 fp32, the default thread plan ({plan}), batching on. In the requests the "
@@ -92,7 +92,7 @@ def main() -> int:
     for label, r in results.items():
         lines.append(f"| {label} | {r['rps']:.1f} | {r['rps'] / base:.2f}x | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} "
                      f"| {r['errors']} |")
-    return append_results(args.out, [*lines, ""])
+    return write_results(args.out, [*lines, ""])
 
 
 if __name__ == "__main__":

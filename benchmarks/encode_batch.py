@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from _serve import append_results
+from _serve import write_results
 from batching import ROOT, SHARED, machine
 
 WORDS = ["hi", "yes", "no", "ok", "cat", "dog", "sun", "sea"]
@@ -59,7 +59,7 @@ def main() -> int:
                 print(f"| {label} | {n} | {args.rows_only} | {each[0]:.1f} / {each[1]:.1f} | "
                       f"{batch[0]:.1f} / {batch[1]:.1f} |")
         return 0
-    lines = ["", "## One encode_batch per loop iteration? (issue 25)", "",
+    lines = ["", "## One encode_batch per loop iteration? (`encode_batch.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/encode_batch.py`. all-MiniLM-L6-v2's "
              f"tokenizer, {args.rounds} rounds per cell, CPU = process time of every thread; the tokenizer's thread "
              "pool on (its default) and off (`TOKENIZERS_PARALLELISM=false`), each in a process of its own.", "",
@@ -73,7 +73,7 @@ def main() -> int:
     lines += ["", "Coalescing would not save CPU: `encode_batch` costs as much per text single-threaded, and more with "
               "its thread pool (only the wall time of a large batch falls). The cost of a text is the tokenizing "
               "itself, not the call.", ""]
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
-from _serve import append_results
+from _serve import write_results
 from batching import ROOT, machine
 
 from rsinfer_cli.jsonio import dumps, encode
@@ -69,7 +69,7 @@ def main() -> int:
     args = ap.parse_args()
     bodies = {"/v1/embeddings, 1 x 384": _embeddings(1), "/v1/embeddings, 32 x 384": _embeddings(32),
               "/v1/rerank, 100 results": _rerank(100), "/pii/detect, 16 texts x 2 spans": _pii(16)}
-    lines = ["", "## Response encoding: dict + orjson vs Struct + msgspec (per response, in-process)", "",
+    lines = ["", "## Response encoding: dict + orjson vs Struct + msgspec (`encoding.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/encoding.py`. Best of 5 x 2,000 "
              "encodes; µs per body (lower is better), its size in bytes. The server answers with the second column.",
              "", "| body | dict, orjson (before) | Struct, msgspec + orjson arrays (`jsonio.encode`) | "
@@ -81,7 +81,7 @@ def main() -> int:
         p = per_call_us(lambda new=new: _PLAIN.encode(new), 2000)
         lines.append(f"| {name} | {o:.1f} µs, {len(dumps(old)):,} B | {e:.1f} µs ({e / o:.2f}x), "
                      f"{len(encode(new)):,} B | {p:.1f} µs ({p / o:.2f}x), {len(_PLAIN.encode(new)):,} B |")
-    return append_results(args.out, [*lines, ""])
+    return write_results(args.out, [*lines, ""])
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _serve import Serve, append_results
+from _serve import Serve, write_results
 from batching import ROOT, SHARED, ceiling, drive, machine, mixed, queries
 
 MODEL = SHARED / "all-minilm-l6-v2"
@@ -106,7 +106,7 @@ def main() -> int:
                     runs[f"{label} #{k}"] = measure(srv.url, short, mixed_texts, args.max_seconds)
                 finally:
                     srv.stop()
-    lines = ["", "## Engine before and after a change, and the defaults", "",
+    lines = ["", "## Engine against the raw pipeline, before and after a change (`engine.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/engine.py --before-src "
              f"<old checkout>/src` (one run, {args.rounds} interleaved rounds of {args.max_seconds:.0f} s per "
              "workload; all-MiniLM-L6-v2 fp32, batching on; before and after with two replicas x one thread set by "
@@ -126,7 +126,7 @@ def main() -> int:
                      f"{c['rps']:.1f} | {c['p50_ms']:.1f} / {c['p95_ms']:.1f} | "
                      f"{c['p95_ms'] / max(c['p50_ms'], 1e-9):.2f} | {d['p95_ms'] / max(d['p50_ms'], 1e-9):.2f} | "
                      f"{errors} |")
-    return append_results(args.out, [*lines, ""])
+    return write_results(args.out, [*lines, ""])
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import tempfile
 from datetime import date
 from pathlib import Path
 
-from _serve import Serve, append_results
+from _serve import Serve, write_results
 from batching import ROOT, SHARED, drive, machine, mixed, queries
 
 OV_PYTHON = ROOT.parent / ".venv-openvino" / "bin" / "python"
@@ -140,7 +140,7 @@ def main() -> int:
              "move more than a trained reranker's would).", "",
              "| graph | provider | " + " | ".join(f"{k} texts/s" for k in loads) + " | cosine mean / min | "
              "rho / top-1 |", "|---|---|" + "---|" * len(loads) + "---|---|", *rows, ""]
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

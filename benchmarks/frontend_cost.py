@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _serve import Serve, append_results, cpu_seconds, inference_sum
+from _serve import Serve, cpu_seconds, inference_sum, write_results
 from batching import ROOT, SHARED, drive, machine, profiled, queries
 
 MODEL = SHARED / "all-minilm-l6-v2"
@@ -63,7 +63,7 @@ def main() -> int:
     per_request_us, forward_ms, rps = measured(bodies)
     text = profile(bodies)
     rows = [line for line in text.splitlines() if re.match(r"\s+\d", line)][:12]
-    lines = ["", "## Front-end cost per request (groundwork for worker processes)", "",
+    lines = ["", "## Front-end cost per request (`frontend_cost.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/frontend_cost.py` (one run). A real "
              f"`rsinfer serve` (all-MiniLM-L6-v2, the default thread plan), {REQUESTS} requests of one short query "
              f"from 8 clients: {rps:.0f} requests/s, forward {forward_ms:.2f} ms per request, and "
@@ -71,7 +71,7 @@ def main() -> int:
              "forwards'; the target for a front end is 150 µs).", "",
              "Where the event-loop thread spends it (cProfile, tottime, top 12; ncalls tottime percall cumtime "
              "percall function):", "", "```", *[r.rstrip() for r in rows], "```", ""]
-    return append_results(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "RESULTS.md", lines)
+    return write_results(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "RESULTS.md", lines)
 
 
 if __name__ == "__main__":

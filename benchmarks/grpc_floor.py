@@ -4,6 +4,8 @@ gRPC number has its floor beside it from the same run.
 
 Servers, each in a process of its own on 127.0.0.1:
 - `aio fixed`: grpc.aio (uvloop), ModelInfer returns a prepared answer;
+- `aio run`: the floor - the same servicer reading `raw_input_contents`, running the real `session.run` of add_one
+  and answering;
 - `aio meta+run`: the same, reading the call's metadata, setting a trailing `x-request-id` and running the real
   `session.run` of add_one (what any server must do);
 - `sync meta+run`: grpc's thread-pool server (`grpc.server`, 16 threads) doing the same;
@@ -23,7 +25,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from _serve import Serve, abba_floor, append_results, free_port, tree_cpu_seconds
+from _serve import Serve, abba_floor, free_port, tree_cpu_seconds, write_results
 from batching import ROOT, SHARED, machine
 from overhead import config, grpc_load
 
@@ -49,6 +51,12 @@ SERVER = textwrap.dedent('''
     def answer(request, context):
         if mode.endswith("fixed"):
             return FIXED
+        if mode.endswith("-run"):       # the floor: the tensor read, the graph run, the answer
+            x = np.frombuffer(request.raw_input_contents[0], dtype=np.float32).reshape(1, 4)
+            y = sess.run(None, {"INPUT0": x})[0]
+            return pb.ModelInferResponse(model_name="add", model_version="1",
+                                         outputs=[T(name="OUTPUT0", datatype="FP32", shape=list(y.shape))],
+                                         raw_output_contents=[y.tobytes()])
         next((v for k, v in (context.invocation_metadata() or ()) if k.lower() == "x-request-id"), None)
         context.set_trailing_metadata((("x-request-id", "0123456789abcdef"),))
         x = np.frombuffer(request.raw_input_contents[0], dtype=np.float32).reshape(1, 4)
@@ -125,19 +133,19 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     parser.add_argument("--seconds", type=float, default=10)
     args = parser.parse_args()
-    names = ["aio fixed", "aio meta+run", "sync meta+run", "rsinfer"]
+    names = ["aio fixed", "aio run", "aio meta+run", "sync meta+run", "rsinfer"]
     with tempfile.TemporaryDirectory() as tmp:
         def run(name: str) -> tuple[float, float]:
             return rsinfer(args.seconds, Path(tmp)) if name == "rsinfer" else bare(name.replace(" ", "-"), args.seconds)
 
-        table = abba_floor(names, run, "calls/s", "call")
-    lines = ["", "## The floor of KServe gRPC in Python (issue 25)", "",
+        table = abba_floor(names, run, "calls/s", "call", floor="aio run")
+    lines = ["", "## The floor of KServe gRPC in Python (`grpc_floor.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/grpc_floor.py` (64 "
              "tritonclient.grpc.aio clients on 127.0.0.1, add_one, "
              f"{args.seconds:.0f} s per server, each twice in ABBA order; CPU = the server's process tree per call).",
              *table]
     lines.append("")
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,11 @@ rsinfer's number has its floor beside it from the same run.
 
 Servers, each in a process of its own on 127.0.0.1 (aiohttp on uvloop, no access log):
 - `aiohttp fixed`: reads the body and answers a prepared JSON body;
+- `aiohttp request.json()+run`: the floor as a new user would write it - the body read with `await
+  request.json()`, the real `session.run` of add_one, the answer made by `web.json_response`;
 - `aiohttp parse+run json` / `binary`: what any KServe server must do, and nothing else: the body parsed (orjson; the
   binary extension's header split off), the real `session.run` of add_one, the answer encoded, an `x-request-id`
   echoed or made - no validation, metrics, log line, deadline or timing headers;
-- `aiohttp low-level ...`: the same handlers under aiohttp's low-level `web.Server` (no Application, router or
-  middleware chain): what leaving aiohttp's web framework for a hand-made dispatch could save;
 - `rsinfer json` / `binary`: `rsinfer serve` with the server's defaults (log level info: an access line a request).
 
     .venv/bin/python benchmarks/http_floor.py          # appends a section to benchmarks/RESULTS.md
@@ -25,7 +25,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from _serve import Serve, abba_floor, append_results, free_port, tree_cpu_seconds
+from _serve import Serve, abba_floor, free_port, tree_cpu_seconds, write_results
 from batching import ROOT, SHARED, drive_raw, machine
 from overhead import CLIENTS, config, kserve_binary, kserve_json
 
@@ -45,10 +45,14 @@ SERVER = textwrap.dedent('''
     ids = itertools.count()
 
     async def infer(request):
+        if mode == "stdlib":        # what a new user writes: aiohttp's own JSON in and out
+            body = await request.json()
+            t = body["inputs"][0]
+            y = sess.run(None, {t["name"]: np.asarray(t["data"], dtype=np.float32).reshape(t["shape"])})[0]
+            return web.json_response({"model_name": request.match_info["model"], "model_version": "1", "outputs": [
+                {"name": "OUTPUT0", "datatype": "FP32", "shape": list(y.shape), "data": y.reshape(-1).tolist()}]})
         raw = await request.read()
-        if mode.endswith("fixed"):
-            if mode == "lowfixed":
-                model_name(request)         # its dispatch, as the Application's router does it
+        if mode == "fixed":
             return web.Response(body=FIXED, content_type="application/json")
         rid = request.headers.get("x-request-id") or f"{next(ids):032x}"
         split = request.headers.get("Inference-Header-Content-Length")
@@ -58,7 +62,7 @@ SERVER = textwrap.dedent('''
              else np.frombuffer(raw[int(split):], dtype=np.float32)).reshape(t["shape"])
         y = sess.run(None, {t["name"]: x})[0]
         out = {"name": "OUTPUT0", "datatype": "FP32", "shape": list(y.shape)}
-        answer = {"model_name": model_name(request), "model_version": "1", "outputs": [out]}
+        answer = {"model_name": request.match_info["model"], "model_version": "1", "outputs": [out]}
         if split is None:
             out["data"] = y.reshape(-1).tolist()
             return web.Response(body=orjson.dumps(answer), content_type="application/json",
@@ -68,22 +72,10 @@ SERVER = textwrap.dedent('''
         return web.Response(body=head + y.tobytes(), content_type="application/octet-stream",
                             headers={"x-request-id": rid, "Inference-Header-Content-Length": str(len(head))})
 
-    def model_name(request):
-        if not mode.startswith("low"):
-            return request.match_info["model"]
-        parts = request.path.split("/")   # the low-level server's whole dispatch: /v2/models/{model}/infer
-        if len(parts) != 5 or parts[4] != "infer" or request.method != "POST":
-            raise web.HTTPNotFound()
-        return parts[3]
-
     async def main():
-        if mode.startswith("low"):
-            from aiohttp import web_server
-            runner = web.ServerRunner(web_server.Server(infer), access_log=None)
-        else:
-            app = web.Application()
-            app.router.add_post("/v2/models/{model}/infer", infer)
-            runner = web.AppRunner(app, access_log=None)
+        app = web.Application()
+        app.router.add_post("/v2/models/{model}/infer", infer)
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         print("ready", flush=True)
@@ -133,23 +125,23 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     parser.add_argument("--seconds", type=float, default=10)
     args = parser.parse_args()
-    names = ["aiohttp fixed", "aiohttp low-level fixed", "aiohttp parse+run json", "aiohttp low-level parse+run json",
-             "aiohttp parse+run binary", "rsinfer json", "rsinfer binary"]
-    modes = {"aiohttp fixed": "fixed", "aiohttp low-level fixed": "lowfixed", "aiohttp parse+run json": "run",
-             "aiohttp low-level parse+run json": "lowrun", "aiohttp parse+run binary": "run"}
+    names = ["aiohttp fixed", "aiohttp request.json()+run", "aiohttp parse+run json", "aiohttp parse+run binary",
+             "rsinfer json", "rsinfer binary"]
+    modes = {"aiohttp fixed": "fixed", "aiohttp request.json()+run": "stdlib", "aiohttp parse+run json": "run",
+             "aiohttp parse+run binary": "run"}
     with tempfile.TemporaryDirectory() as tmp:
         def run(name: str) -> tuple[float, float]:
             binary = name.endswith("binary")
             return (rsinfer(binary, args.seconds, Path(tmp)) if name.startswith("rsinfer") else
                     bare(modes[name], binary, args.seconds))
 
-        table = abba_floor(names, run, "requests/s", "request")
-    lines = ["", "## The floor of KServe REST in Python (issue 25)", "",
+        table = abba_floor(names, run, "requests/s", "request", floor="aiohttp request.json()+run")
+    lines = ["", "## The floor of KServe REST in Python (`http_floor.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/http_floor.py` ({CLIENTS} raw HTTP/1.1 "
              f"keep-alive clients on 127.0.0.1, add_one, {args.seconds:.0f} s per server, each twice in ABBA order; "
              "CPU = the server's process tree per request).", *table]
     lines.append("")
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

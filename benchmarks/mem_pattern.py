@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _serve import append_results
+from _serve import write_results
 from batching import ROOT, SHARED, machine
 
 MINI = SHARED / "all-minilm-l6-v2" / "onnx" / "model.onnx"
@@ -103,7 +103,7 @@ def main() -> int:
              interleaved(MINI, shapes(1500, 16, 64, seed=2)),
              "all-MiniLM-L6-v2, fixed 4 x 32, 400 forwards": interleaved(MINI, [(4, 32)] * 400),
              "add_one [1, 4], 100,000 forwards": interleaved(ADD, [(1, 4)] * 100_000)}
-    lines = ["", "## ONNX Runtime's memory pattern on a server's shapes", "",
+    lines = ["", "## ONNX Runtime's memory pattern on a server's shapes (`mem_pattern.py`)", "",
              f"Machine: {machine()}; run on {time.strftime('%Y-%m-%d')}. Reproduce: `.venv/bin/python "
              f"benchmarks/mem_pattern.py --forwards {args.forwards}` (one intra-op thread; CPU EP).", "",
              f"Memory: RSS growth of one all-MiniLM-L6-v2 session over {args.forwards:,} forwards of random shapes "
@@ -116,7 +116,7 @@ def main() -> int:
              "rsinfer turns it off on every session (engine/session.py): the pattern keeps one plan per distinct "
              "input shape for the session's life, so batched text - a new (rows, tokens) shape every few forwards - "
              "grows each replica for as long as new shapes come, and the forwards are no faster with it.", ""]
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import orjson
-from _serve import Serve, append_results, free_port, inference_sum, spread, tree_cpu_seconds
+from _serve import Serve, free_port, inference_sum, spread, tree_cpu_seconds, write_results
 from batching import ROOT, SHARED, drive_raw, machine
 
 ADD = SHARED / "tensor-models" / "add_one"
@@ -272,7 +272,7 @@ def main() -> int:
             for side, src, workers in order:
                 runs.setdefault((side, workers), []).append(measure(src, workers, args.max_seconds, Path(tmp),
                                                                     f"{side}{k}", args.pin, raw))
-    lines = ["", "## Server CPU per small request", "",
+    lines = ["", "## Server CPU per small request (`overhead.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/overhead.py"
              f"{' --before-src <checkout>/src' if args.before_src else ''}` ({CLIENTS} clients on 127.0.0.1, "
              f"{args.max_seconds:.0f} s per workload, every configuration twice in ABBA order; CPU = the whole "
@@ -303,7 +303,7 @@ def main() -> int:
                          f"{spread(fwd, '.0f') if fwd else '-'} | {spread(beside, '.0f') if beside else '-'} | "
                          f"{sum(r['errors'] for r in rows)} |")
     lines.append("")
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import timeit
 from pathlib import Path
 from typing import Any, Literal
 
-from _serve import append_results
+from _serve import write_results
 from batching import ROOT, machine
 from pydantic import BaseModel, Field
 
@@ -78,7 +78,7 @@ def main() -> int:
                                                   "documents": ["it shipped on monday"] * 20, "top_n": 5}).encode(),
                                       hand_rerank, PydRerank, RerankRequest),
     }
-    lines = ["", "## Request parsing: hand-written vs pydantic vs msgspec (per request, in-process)", "",
+    lines = ["", "## Request parsing: hand-written vs pydantic vs msgspec (`parsing.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/parsing.py`. Best of 5 x 20,000 "
              "parses; µs per request body (lower is better).", "",
              "| body | hand-written (orjson + field checks) | pydantic v2 | msgspec (the server's decode) |",
@@ -91,7 +91,7 @@ def main() -> int:
         else:
             m = per_call_us(lambda r, s=struct: decode(r, s), raw, 20_000)
         lines.append(f"| {name} | {h:.2f} | {p:.2f} ({p / h:.2f}x) | {m:.2f} ({m / h:.2f}x) |")
-    return append_results(out, [*lines, ""])
+    return write_results(out, [*lines, ""])
 
 
 if __name__ == "__main__":

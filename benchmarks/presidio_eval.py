@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pii_eval
-from _serve import append_results
+from _serve import write_results
 from batching import machine
 
 ROOT = Path(__file__).resolve().parent
@@ -82,7 +82,9 @@ def main() -> int:
     presidio_v, spacy_v = (version(args.presidio_python).split() + ["?", "?"])[:2]
     lines = ["", "## PII: Presidio's analyzer and rsinfer on the labelled set (`presidio_eval.py`)", "",
              f"Machine: {machine()}; presidio-analyzer {presidio_v}, spaCy {spacy_v} (a blank English pipeline: "
-             "its pattern recognizers, no NER model). Reproduce: see the script's docstring. "
+             "its pattern recognizers, no NER model). Reproduce: `python3 -m venv /tmp/pv && /tmp/pv/bin/pip "
+             "install presidio-analyzer`, then `.venv/bin/python benchmarks/presidio_eval.py --presidio-python "
+             "/tmp/pv/bin/python`. "
              f"`benchmarks/data/pii_eval.jsonl` ({len(records)} texts), every region enabled at once "
              f"({', '.join(pii_eval.REGIONS)}); rsinfer: rampart-pii with every recognizer, as `/pii/detect`.", "",
              "| type | spans | Presidio precision | Presidio recall | rsinfer precision | rsinfer recall |",
@@ -94,7 +96,7 @@ def main() -> int:
         lines.append(f"| {t} | {spans} | {cell(p, 'precision')} | {cell(p, 'recall')} | {cell(o, 'precision')} | "
                      f"{cell(o, 'recall')} |")
     lines.append("")
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

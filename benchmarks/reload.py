@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import httpx
-from _serve import Serve, append_results
+from _serve import Serve, write_results
 from batching import machine
 
 ROOT = Path(__file__).resolve().parent
@@ -164,7 +164,7 @@ def main() -> int:
         lines.append(f"| rsinfer, {what} | {med(f for f, _ in got):.1f} | {med(s for _, s in got):.2f} | "
                      f"{med(f / s for f, s in got):.2f} |")
     lines.append("")
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-from _serve import Serve, append_results, peak_rss_bytes
+from _serve import Serve, peak_rss_bytes, write_results
 from batching import ROOT, SHARED, Raw, drive, machine, mixed, queries
 
 MINILM, SPLADE, COLBERT = SHARED / "all-minilm-l6-v2", SHARED / "tiny-splade", SHARED / "tiny-colbert"
@@ -206,7 +206,7 @@ def main() -> int:
              "| config | tokens per forward | logits per forward (MiB) | RSS before (MiB) | peak RSS (MiB) | "
              "peak - before (MiB) | requests | errors |",
              "|---|---|---|---|---|---|---|---|", *mem, ""]
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

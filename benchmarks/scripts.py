@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _serve import Serve, append_results
+from _serve import Serve, write_results
 from batching import ROOT, drive, machine
 
 CONTRACT = "input_shape: [4]\noutput_shape: [4]\nmax_batch_size: 64\n"
@@ -108,7 +108,8 @@ def main() -> int:
                 many = asyncio.run(drive(srv.url, route, [body] * 100_000, 64, args.max_seconds))
                 results[m] = (one, many)
     base = results["onnx"][0]["p50_ms"]
-    lines = ["", "## Script models: the same x * 2 as a graph, long-lived python, per-request python and C++", "",
+    lines = ["", "## Script models: the same x * 2 as a graph, long-lived python, per-request python and C++ "
+             "(`scripts.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/scripts.py` (one run). One server, "
              "max_batch_size 64, the default thread plan; KServe v2 REST with JSON tensors.", "",
              "| model | 1 client p50 (ms) | p50 - ONNX (ms) | 64 clients (requests/s) | / ONNX | errors |",
@@ -119,7 +120,7 @@ def main() -> int:
         lines.append(f"| {label} | {one['p50_ms']:.2f} | {one['p50_ms'] - base:+.2f} | {many['rps']:.0f} | "
                      f"{many['rps'] / onnx_rps:.2f} | {one['errors'] + many['errors']} |")
     lines.append("")
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

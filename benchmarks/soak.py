@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _serve import Serve, append_results, tree_cpu_seconds
+from _serve import Serve, tree_cpu_seconds, write_results
 from batching import ROOT, SHARED, machine
 
 CLIENTS = 16
@@ -156,7 +156,7 @@ def main() -> int:
     requests = sum(counts[k] for k in ("ok", "4xx", "5xx"))
     every = max(1, len(samples) // 12)
     label = f" ({args.label})" if args.label else ""
-    lines = ["", "", f"## Soak: every family's requests mixed with bad ones{label}", "",
+    lines = ["", "", f"## Soak: every family's requests mixed with bad ones{label} (`soak.py`)", "",
              f"Machine: {machine()}; run on {time.strftime('%Y-%m-%d')}. Reproduce: `.venv/bin/python "
              f"benchmarks/soak.py --minutes {args.minutes:g} --settle {args.settle:g}` ({CLIENTS} clients on "
              "127.0.0.1, the defaults, logging at info; the whole process tree's RSS every 10 s).", "",
@@ -170,7 +170,7 @@ def main() -> int:
     lines += [f"| {s[0] / 60:.1f} | {s[1]} | {s[2] / 2**20:.1f} |" for s in shown]
     if res["examples"]:
         lines += ["", "Examples: " + "; ".join(res["examples"])]  # type: ignore[arg-type]
-    append_results(args.out, lines + [""])
+    write_results(args.out, lines + [""])
     return 0 if passed else 1
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from _serve import append_results
+from _serve import write_results
 
 ROOT = Path(__file__).resolve().parent
 RSINFER = [str(Path(sys.executable).parent / "rsinfer")]     # the entry point users run (not `python -m`)
@@ -61,14 +61,14 @@ def main() -> int:
     cmds = [["--help"], ["serve", "--help"], ["embed", "--help"], ["redact", "--help"], ["bench", "--help"]]
     got = {" ".join(c): median_s(RSINFER + c, args.runs) for c in cmds}
     slowest = max(got, key=lambda k: got[k])
-    lines = ["", "## Start-up: help screens", "",
+    lines = ["", "## Start-up: help screens (`startup.py`)", "",
              f"Reproduce: `.venv/bin/python benchmarks/startup.py`. Median of {args.runs} fresh processes, typer "
              f"{typer.__version__}; a bare `python -c pass` takes {bare * 1000:.0f} ms in the same run.", "",
              "| command | ms | minus bare Python |", "|---|---|---|"]
     lines += [f"| `rsinfer {k}` | {v * 1000:.0f} | {(v - bare) * 1000:.0f} |" for k, v in got.items()]
     lines += ["", f"Where `rsinfer {slowest}` spends its imports (cumulative ms): " + ", ".join(
         f"{name} {ms:.0f}" for name, ms in top_imports(RSINFER + slowest.split())) + ".", ""]
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _serve import Serve, append_results, free_port
+from _serve import Serve, free_port, write_results
 from batching import ROOT, SHARED, drive, machine
 
 MODEL = SHARED / "tensor-models" / "add_one"
@@ -176,7 +176,7 @@ def main() -> int:
                 srv.stop()
     on, off = results["on"], results["off"]
     live_http, live_grpc, live_bare = results["noop"]
-    lines = ["", "## Tensor serving: KServe v2 (tritonclient) vs raw onnxruntime", "",
+    lines = ["", "## Tensor serving: KServe v2 (tritonclient) vs raw onnxruntime (`tensor.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/tensor.py` (one run). Model: add_one "
              "([batch, 4] float32 + 1), the server's default thread plan.", "",
              "| measure | rsinfer | raw onnxruntime | ratio |", "|---|---|---|---|",
@@ -196,7 +196,7 @@ def main() -> int:
              f"{on['p50_ms']:.1f} ms on vs {off['p50_ms']:.1f} ms off; errors {on['errors'] + off['errors']}. gRPC's "
              "extra latency over HTTP is the gap between the no-op calls: grpcio's client and server (a bare "
              "grpc.aio server costs as much), not rsinfer's gRPC code; the inference path costs the same on both.", ""]
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _serve import Serve, append_results, forward_mean_ms, peak_rss_bytes, plan_of
+from _serve import Serve, forward_mean_ms, peak_rss_bytes, plan_of, write_results
 from batching import SHARED, Raw, drive, machine, mixed, queries
 
 ROOT = Path(__file__).resolve().parent
@@ -117,7 +117,7 @@ def main() -> int:
         got = [r[name]["rps"] * (16 if name == "mixed" else 1) for r in rounds]
         return f"{span(got, '.0f')} ({span([g / ceil for g in got], '.2f')})"
 
-    lines = ["", "## Threads and CPUs: the default plan against the raw pipeline", "",
+    lines = ["", "## Threads and CPUs: the default plan against the raw pipeline (`threads.py`)", "",
              f"Machine: {machine()}; CPUs this process may use: {len(affinity)}. Reproduce: "
              f"`.venv/bin/python benchmarks/threads.py`. all-MiniLM-L6-v2 fp32, batching on, {args.rounds} interleaved "
              "rounds (a cell gives the range over them).", "",
@@ -141,7 +141,7 @@ def main() -> int:
                      f"{rate(rounds, 'mixed', c_mixed[0])} | {lat} | {fwd} | "
                      f"{span([r['rss_gb'] for r in rounds], '.2f')} | {errors} |")
     lines.append("")
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

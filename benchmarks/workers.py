@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _serve import Serve, append_results, cpu_seconds, inference_sum, plan_of
+from _serve import Serve, cpu_seconds, inference_sum, plan_of, write_results
 from batching import ROOT, SHARED, ceilings, drive, machine, profiled, queries, workloads
 
 sys.path.insert(0, str(ROOT.parent / "tests"))
@@ -125,7 +125,8 @@ def main() -> int:
                 srv.stop()
     base = args.workers[0]
     head = " | ".join(f"workers {w}" for w in args.workers)
-    lines = ["", f"## Worker processes (server.workers): {', '.join(map(str, args.workers))} on this machine", "",
+    lines = ["", f"## Worker processes (server.workers): {', '.join(map(str, args.workers))} on this machine "
+             "(`workers.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/workers.py` (one run; every cell of a "
              f"row from the same run). Ceiling: in-process tokenize + session.run + pooling in length-sorted "
              f"batches, the best of 2 x 1 and 1 x 2 sessions: {ceil_short:.0f} texts/s short queries (batch "
@@ -180,7 +181,7 @@ def main() -> int:
     rows = [line for line in out.getvalue().splitlines() if re.match(r"\s+\d", line)][:12]
     lines += ["", "Top functions by own time (ncalls tottime percall cumtime percall function):", "", "```",
               *[r.rstrip() for r in rows], "```", ""]
-    return append_results(args.out, lines)
+    return write_results(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -30,3 +30,17 @@ def test_readme_links_resolve_and_every_page_is_in_the_nav():
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     pages = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
     assert pages == set(re.findall(r":\s+([\w/-]+\.md)\s*$", nav, re.M)), pages
+
+
+def test_results_hold_one_section_per_benchmark():
+    """benchmarks/RESULTS.md is the current results: a section per script (its `## ` title ends with the script's
+    name, which write_results replaces it by), each saying how to reproduce it with that script."""
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    scripts = [re.search(r"\(`([\w]+\.py)`\)$", s.splitlines()[0]) for s in sections]
+    assert all(scripts), [s.splitlines()[0] for s, m in zip(sections, scripts, strict=True) if m is None]
+    names = [m.group(1) for m in scripts if m is not None]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    for name, section in zip(names, sections, strict=True):
+        assert (ROOT / "benchmarks" / name).is_file(), name
+        assert f"benchmarks/{name}" in section, name
