@@ -1,6 +1,6 @@
 """The row cache under a Zipf-distributed query stream: no cache, the memory backend, a real Redis; one run.
 
-    .venv/bin/python benchmarks/cache.py          # appends a section to benchmarks/RESULTS.md (needs redis-server)
+    .venv/bin/python benchmarks/cache.py          # its section of benchmarks/RESULTS.md (needs redis-server)
 
 10,000 distinct short queries drawn with Zipf s = 1.1 (a few queries very often, most rarely: retrieval traffic),
 64 clients, one query per request to /v1/embeddings; all-MiniLM-L6-v2 fp32, the default thread plan,

@@ -3,7 +3,7 @@ per text, one `encode` call each (what a request does now) against one `encode_b
 the requests of one iteration would do), as process CPU (all threads: encode_batch spreads over the tokenizer's
 own thread pool) and wall time.
 
-    .venv/bin/python benchmarks/encode_batch.py          # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/encode_batch.py          # its section of benchmarks/RESULTS.md
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def measure(fn: object, texts: list[str], rounds: int) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--rows-only", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -3,7 +3,7 @@ response Struct through msgspec with numpy arrays spliced in as orjson's JSON of
 answer now), and the same Struct through msgspec alone (arrays as Python float lists), on the same bodies, in one
 run. Sizes are in bytes: a float32 vector written through Python floats carries float64 digits.
 
-    .venv/bin/python benchmarks/encoding.py [--out FILE]      # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/encoding.py [--out FILE]      # its section of benchmarks/RESULTS.md
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The engine before and after a change, against the raw ONNX Runtime pipeline, in one run.
 
-    .venv/bin/python benchmarks/engine.py --before-src /path/to/old/checkout/src   # appends to RESULTS.md
+    .venv/bin/python benchmarks/engine.py --before-src <old checkout>/src   # its section of benchmarks/RESULTS.md
 
 Same machine, same run, same texts; all-MiniLM-L6-v2 fp32, two replicas x one intra-op thread, batching on (set
 by hand on both servers: an older checkout's defaults may differ, and this compares engines), and each side again

@@ -2,7 +2,7 @@
 default) and the fp32 graph with onnxruntime's transformer fusions (--optimize), each on the CPU provider and on
 OpenVINO, through `rsinfer serve`, with what each loses beside it - in one run.
 
-    .venv/bin/python benchmarks/faster.py        # needs `make openvino-venv`; appends to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/faster.py        # needs `make openvino-venv`; its section of benchmarks/RESULTS.md
 
 Models: all-MiniLM-L6-v2 (embedding) and tiny-reranker-1 (rerank), their graphs made here by `rsinfer quantize` in a
 scratch copy of each folder. For each graph x provider: one server with both models and the defaults (no thread

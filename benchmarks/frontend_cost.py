@@ -1,7 +1,7 @@
 """How much CPU one request costs the server outside the forward, and where it goes (groundwork for worker
 processes): a real `rsinfer serve`, one short query per request to /v1/embeddings, 8 clients.
 
-    .venv/bin/python benchmarks/frontend_cost.py      # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/frontend_cost.py      # its section of benchmarks/RESULTS.md
 
 front-end CPU per request = (the process's user+sys CPU over the run - the forwards' time from
 rsinfer_inference_seconds_sum, each forward on one intra-op thread) / requests. This undercounts: the forwards'

@@ -11,7 +11,7 @@ Servers, each in a process of its own on 127.0.0.1:
 - `sync meta+run`: grpc's thread-pool server (`grpc.server`, 16 threads) doing the same;
 - `rsinfer`: `rsinfer serve` with the server's defaults and `grpc_bind`.
 
-    .venv/bin/python benchmarks/grpc_floor.py          # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/grpc_floor.py          # its section of benchmarks/RESULTS.md
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ SERVER = textwrap.dedent('''
 def bare(mode: str, seconds: float) -> tuple[float, float]:
     """(requests/s, CPU µs per call) of one bare server."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-c", SERVER, mode, str(port), str(ADD / "model.onnx")],
                             stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -130,7 +130,7 @@ def rsinfer(seconds: float, tmp: Path) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     parser.add_argument("--seconds", type=float, default=10)
     args = parser.parse_args()
     names = ["aio fixed", "aio run", "aio meta+run", "sync meta+run", "rsinfer"]

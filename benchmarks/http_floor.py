@@ -11,7 +11,7 @@ Servers, each in a process of its own on 127.0.0.1 (aiohttp on uvloop, no access
   echoed or made - no validation, metrics, log line, deadline or timing headers;
 - `rsinfer json` / `binary`: `rsinfer serve` with the server's defaults (log level info: an access line a request).
 
-    .venv/bin/python benchmarks/http_floor.py          # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/http_floor.py          # its section of benchmarks/RESULTS.md
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def rsinfer(binary: bool, seconds: float, tmp: Path) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     parser.add_argument("--seconds", type=float, default=10)
     args = parser.parse_args()
     names = ["aiohttp fixed", "aiohttp request.json()+run", "aiohttp parse+run json", "aiohttp parse+run binary",

@@ -14,8 +14,8 @@ Two workloads, each with its three (four) sides up at once:
   The client is the thinnest HTTP/1.1 keep-alive one (RawHttp: a socket, requests written whole); rsinfer's TEI
   timing headers split its time into tokenizing, the forward, its own work and HTTP.
 - KServe gRPC, add_one ([1, 4] float32), one `tritonclient.grpc` client:
-  - raw: `session.run` in this process; bare grpc.aio: the floor of benchmarks/grpc_floor.py (`aio meta+run`:
-    reads the metadata, runs the graph, answers); rsinfer: `rsinfer serve` with `grpc_bind`.
+  - raw: `session.run` in this process; bare grpc.aio: the floor of benchmarks/grpc_floor.py (`aio run`: reads
+    `raw_input_contents`, runs the graph, answers); rsinfer: `rsinfer serve` with `grpc_bind`.
 
 The sides are measured in blocks of 25 requests, round-robin, the order reversed every other round, a 30 ms pause
 before each block (a pool thread that spins after its forwards stops before the next side's block) and each block's
@@ -236,7 +236,7 @@ def grpc_sides(stack: contextlib.ExitStack, tmp: Path, before: Path | None, labe
 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    bare = started([GRPC_SERVER, "aio-meta+run", str(port), str(ADD / "model.onnx")], env)
+    bare = started([GRPC_SERVER, "aio-run", str(port), str(ADD / "model.onnx")], env)
     stack.callback(bare.terminate)
     sides = [Side("raw session.run, in-process", raw),
              Side("bare grpc.aio (the floor)", over_grpc(f"127.0.0.1:{port}"))]
@@ -315,7 +315,8 @@ def main() -> int:
         f"benchmarks/latency.py` (one client; the sides up at once and measured in interleaved blocks of {BLOCK}, "
         f"{n} requests each; percentiles in ms). rsinfer runs with the defaults. The floor is a bare Python server "
         "doing the same work: aiohttp whose handler reads the body with `request.json()`, runs the raw pipeline and "
-        "answers with `web.json_response`; grpc.aio reading the metadata, running the graph and answering.", "",
+        "answers with `web.json_response`; grpc.aio reading `raw_input_contents`, running the graph and answering.",
+        "",
         "all-MiniLM-L6-v2, one short query to `/v1/embeddings` (the thinnest HTTP client; rsinfer's split from its "
         "timing headers):", "", *table(http, split=True), "",
         "KServe gRPC `ModelInfer`, add_one [1, 4] (tritonclient.grpc):", "", *table(grpc, split=False), "",

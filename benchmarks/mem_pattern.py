@@ -3,7 +3,7 @@ its memory growth over forwards of varied (rows, tokens) shapes, each setting in
 of a forward with it on and off, the two sessions interleaved call by call on the same feeds (drift cancels),
 varied shapes and fixed ones.
 
-    .venv/bin/python benchmarks/mem_pattern.py [--forwards 3000] [--out FILE]   # appends to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/mem_pattern.py [--forwards 3000] [--out FILE]   # its section of benchmarks/RESULTS.md
 
 Bare ORT sessions with one intra-op thread, not a server: the option is what is measured, and one thread is what the
 default thread plan's batching lanes run with on this project's 2-core machines (the server with its defaults is

@@ -1,6 +1,6 @@
 """The server CPU one small request costs: the whole process tree's user+sys CPU per request, from /proc.
 
-    .venv/bin/python benchmarks/overhead.py                       # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/overhead.py                       # its section of benchmarks/RESULTS.md
     .venv/bin/python benchmarks/overhead.py --before-src <checkout>/src   # the same, an older checkout beside
 
 Workloads, 64 clients on 127.0.0.1, each the next request when its answer is in: `add_one` ([1, 4] FP32, a forward

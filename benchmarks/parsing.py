@@ -2,7 +2,7 @@
 reproduced here), pydantic v2 (`model_validate_json`, models defined here) and msgspec as the server now decodes
 (`routes.common.decode` into the Structs of `server/schemas.py`), on the same bodies, in one run.
 
-    .venv/bin/python benchmarks/parsing.py        # appends a section to benchmarks/RESULTS.md (needs pydantic)
+    .venv/bin/python benchmarks/parsing.py        # its section of benchmarks/RESULTS.md (needs pydantic)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Reload and warm-up: the time from SIGHUP to serving an added all-MiniLM, and the first request's latency with
 and without `warmup:`, each against its baseline from the same run.
 
-    .venv/bin/python benchmarks/reload.py [--runs 3]      # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/reload.py [--runs 3]      # its section of benchmarks/RESULTS.md
 
 - **SIGHUP → serving**: a server (the defaults) serving a small tensor model gets all-MiniLM added to its file and a
   SIGHUP; the time until `/v1/embeddings` on it answers 200 (polled every 5 ms). Baselines: loading the same

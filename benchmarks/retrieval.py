@@ -1,7 +1,7 @@
 """Dense, sparse (SPLADE) and late-interaction (ColBERT) families against their raw ONNX Runtime pipelines, and the
 memory a sparse model holds under load, in one run.
 
-    .venv/bin/python benchmarks/retrieval.py            # appends to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/retrieval.py            # its section of benchmarks/RESULTS.md
 
 Throughput: one `rsinfer serve` with the default config (no thread or batching settings) serving all-MiniLM-L6-v2
 (`/v1/embeddings`), tiny-splade (`/v1/embeddings/sparse`) and tiny-colbert (`/v1/embeddings/tokens`, documents),

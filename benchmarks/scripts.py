@@ -1,6 +1,6 @@
 """Script models against the same model as an ONNX graph, in one run.
 
-    .venv/bin/python benchmarks/scripts.py           # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/scripts.py           # its section of benchmarks/RESULTS.md
 
 The model is `x * 2` over float32 [batch, 4], served four ways by one `rsinfer serve` (max_batch_size 64, the default
 thread plan): an ONNX graph (Mul), a long-lived python main.py (`infer()` imported once per lane), nereid's

@@ -1,7 +1,7 @@
 """Soak: 16 clients mix every family's requests with bad ones for a while; the server's whole process tree's RSS is
 sampled every 10 s.
 
-    .venv/bin/python benchmarks/soak.py --minutes 30          # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/soak.py --minutes 30          # its section of benchmarks/RESULTS.md
 
 `rsinfer serve` with its defaults (logging at info, an access line per request) on the shared models: an
 embedding model, a reranker, an NLI model, the PII model, a classifier and a KServe tensor model. Each client sends

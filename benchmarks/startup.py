@@ -1,6 +1,6 @@
 """How long `rsinfer --help` and `rsinfer CMD --help` take, against a bare Python start in the same run.
 
-    .venv/bin/python benchmarks/startup.py          # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/startup.py          # its section of benchmarks/RESULTS.md
 
 Each command runs `--runs` times in a fresh process (the first run is dropped: the page cache); the median is
 reported. `python -X importtime` names where the time of the slowest help screen goes.

@@ -1,6 +1,6 @@
 """Tensor serving (KServe v2) against raw onnxruntime, in one run.
 
-    .venv/bin/python benchmarks/tensor.py            # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/tensor.py            # its section of benchmarks/RESULTS.md
 
 add_one ([batch, 4] float32 + 1), the default thread plan (no replicas or intra_threads). Measured:
   - latency: p50 of one [1, 4] request with the real tritonclient over HTTP (binary tensors) and over gRPC, against

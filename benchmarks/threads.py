@@ -1,6 +1,6 @@
 """The CPU thread plan (engine/threads.py) against the raw ONNX Runtime pipeline and hand-written plans, in one run.
 
-    .venv/bin/python benchmarks/threads.py          # appends a section to benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/threads.py          # its section of benchmarks/RESULTS.md
 
 all-minilm-l6-v2 from ../shared/models on this machine, one model per server, batching on (the default):
   - the baselines, in this process on the same texts: the sorted-batch ceiling (tokenize + session.run + mean

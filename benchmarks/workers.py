@@ -1,6 +1,6 @@
 """Front-end worker processes (`server.workers`) against one process and the raw ORT ceiling, in one run.
 
-    .venv/bin/python benchmarks/workers.py [--workers 1 2 4] [--max-seconds 20]   # appends to RESULTS.md
+    .venv/bin/python benchmarks/workers.py [--workers 1 2 4] [--max-seconds 20]   # its section of benchmarks/RESULTS.md
 
 For each worker count: `rsinfer serve` with the batching benchmark's config (MiniLM, a reranker, a PII model; the
 default thread plan, batching on) and every workload of benchmarks/batching.py, against the in-process ceiling of
