@@ -241,7 +241,8 @@ def machine() -> str:
         pass
     import onnxruntime
 
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, onnxruntime {onnxruntime.__version__}"
+    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"onnxruntime {onnxruntime.__version__}; run on {time.strftime('%Y-%m-%d')}")
 
 
 def main() -> int:
@@ -283,7 +284,7 @@ def main() -> int:
                      "p50_on_ms": on["p50_ms"], "p50_off_ms": off["p50_ms"],
                      "errors": on["errors"] + off["errors"]})
     text = ["## Cross-request batching against the ceiling (`batching.py`)", "",
-            f"Machine: {machine()}. Run on {time.strftime('%Y-%m-%d')}.", "",
+            f"Machine: {machine()}.", "",
             "Reproduce: `.venv/bin/python benchmarks/batching.py`. Ceiling = best in-process "
             "tokenize + session.run + mean pooling over batch sizes on the same texts, the best of 2 sessions x 1 "
             "thread and 1 x 2: "

@@ -20,7 +20,6 @@ import json
 import subprocess
 import sys
 import tempfile
-from datetime import date
 from pathlib import Path
 
 from _serve import Serve, write_results
@@ -129,8 +128,8 @@ def main() -> int:
                     + f" | {q['cos']:.4f} / {q['min cos']:.4f} | {q['rho']:.3f} / {q['top1']:.2f} |")
     lines = ["", "## Which graph and which provider: fp32, int8, int8 per channel, optimized on CPU and OpenVINO "
              "(`faster.py`)", "",
-             f"Machine: {machine()}; OpenVINO: onnxruntime-openvino in `make openvino-venv`. Run on "
-             f"{date.today().isoformat()}. Reproduce: `make openvino-venv && .venv/bin/python benchmarks/faster.py`. "
+             f"Machine: {machine()}; OpenVINO: onnxruntime-openvino in `make openvino-venv`. Reproduce: "
+             "`make openvino-venv && .venv/bin/python benchmarks/faster.py`. "
              "Graphs written by `rsinfer quantize` (per tensor: `--per-tensor`; optimized: `--dtype fp32 "
              "--optimize`). One server per graph x provider with both models and the defaults; texts/s (rerank: "
              "documents/s), the mean of two rounds (the second in reverse order), and in brackets the ratio to fp32 "

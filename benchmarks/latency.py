@@ -311,7 +311,7 @@ def main() -> int:
     n = args.rounds * (BLOCK - SKIP)
     lines = [
         "## One client, one request at a time (`latency.py`)", "",
-        f"Machine: {machine()}; run on {time.strftime('%Y-%m-%d')}. Reproduce: `.venv/bin/python "
+        f"Machine: {machine()}. Reproduce: `.venv/bin/python "
         f"benchmarks/latency.py` (one client; the sides up at once and measured in interleaved blocks of {BLOCK}, "
         f"{n} requests each; percentiles in ms). rsinfer runs with the defaults. The floor is a bare Python server "
         "doing the same work: aiohttp whose handler reads the body with `request.json()`, runs the raw pipeline and "

@@ -104,7 +104,7 @@ def main() -> int:
              "all-MiniLM-L6-v2, fixed 4 x 32, 400 forwards": interleaved(MINI, [(4, 32)] * 400),
              "add_one [1, 4], 100,000 forwards": interleaved(ADD, [(1, 4)] * 100_000)}
     lines = ["", "## ONNX Runtime's memory pattern on a server's shapes (`mem_pattern.py`)", "",
-             f"Machine: {machine()}; run on {time.strftime('%Y-%m-%d')}. Reproduce: `.venv/bin/python "
+             f"Machine: {machine()}. Reproduce: `.venv/bin/python "
              f"benchmarks/mem_pattern.py --forwards {args.forwards}` (one intra-op thread; CPU EP).", "",
              f"Memory: RSS growth of one all-MiniLM-L6-v2 session over {args.forwards:,} forwards of random shapes "
              "(1-8 rows x 4-80 tokens), after 50 warm-up forwards, at each quarter (MiB):", "",

@@ -146,7 +146,7 @@ def main() -> int:
     raw = [raw_first() for _ in range(args.runs)]
     lines = [
         "", "## Reload and warm-up (`reload.py`)", "",
-        f"Machine: {machine()}; run on {time.strftime('%Y-%m-%d')}. Reproduce: `.venv/bin/python "
+        f"Machine: {machine()}. Reproduce: `.venv/bin/python "
         f"benchmarks/reload.py --runs {args.runs}` (medians of {args.runs} runs; the defaults, all-MiniLM-L6-v2 "
         "fp32 from ../shared/models).", "",
         "| SIGHUP → an added all-MiniLM answering | s | ratio to the in-process load |", "|---|---|---|",

@@ -26,7 +26,6 @@ import string
 import sys
 import tempfile
 from collections.abc import Callable
-from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -191,7 +190,7 @@ def main() -> int:
         thr = throughput(tmp, args.max_seconds)
     lines = ["", "## Retrieval families: dense, sparse and late interaction against their raw pipelines "
              "(`retrieval.py`)", "",
-             f"Machine: {machine()}. Run on {date.today().isoformat()}. Reproduce: `.venv/bin/python "
+             f"Machine: {machine()}. Reproduce: `.venv/bin/python "
              "benchmarks/retrieval.py`. One server, the default config, three models; every text unique (the row "
              "cache never answers). Ceiling: the same texts through the raw in-process pipeline of the family "
              "(tokenizers -> session.run -> its numpy post-processing) in length-sorted batches of the best size, "

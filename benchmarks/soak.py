@@ -157,7 +157,7 @@ def main() -> int:
     every = max(1, len(samples) // 12)
     label = f" ({args.label})" if args.label else ""
     lines = ["", "", f"## Soak: every family's requests mixed with bad ones{label} (`soak.py`)", "",
-             f"Machine: {machine()}; run on {time.strftime('%Y-%m-%d')}. Reproduce: `.venv/bin/python "
+             f"Machine: {machine()}. Reproduce: `.venv/bin/python "
              f"benchmarks/soak.py --minutes {args.minutes:g} --settle {args.settle:g}` ({CLIENTS} clients on "
              "127.0.0.1, the defaults, logging at info; the whole process tree's RSS every 10 s).", "",
              f"{requests} requests in {res['seconds'] / 60:.1f} min ({requests / res['seconds']:.0f}/s): "
