@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def write_results(out: Path, lines: list[str]) -> int:
@@ -32,6 +33,19 @@ def write_results(out: Path, lines: list[str]) -> int:
     out.write_text(text, encoding="utf-8")
     print(section)
     return 0
+
+
+CHARTS = Path(__file__).resolve().parents[1] / "docs" / "charts"   # shown on the docs' performance page
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on its file-only backend (the `bench` extra): the charts benchmarks draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def spread(values: list[float], fmt: str) -> str:

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _serve import Serve, free_port, write_results
+from _serve import CHARTS, Serve, free_port, pyplot, write_results
 from batching import SHARED, machine
 from grpc_floor import SERVER as GRPC_SERVER
 
@@ -275,11 +275,7 @@ def table(sides: list[Side], split: bool) -> list[str]:
 
 
 def chart(path: Path, workloads: list[tuple[str, list[Side]]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 3.6))
     for ax, (title, sides) in zip(axes, workloads, strict=True):
         qs = [50, 75, 90, 95, 99]
@@ -301,7 +297,7 @@ def main() -> int:
     ap.add_argument("--before-label", default="before")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
-    ap.add_argument("--chart", type=Path, default=ROOT.parent / "docs" / "charts" / "latency.png")
+    ap.add_argument("--chart", type=Path, default=CHARTS / "latency.png")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
         http = http_sides(stack, Path(d), args.before_src, args.before_label)
