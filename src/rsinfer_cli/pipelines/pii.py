@@ -22,7 +22,7 @@ from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, softmax
 from .pii_rules import Found, Pattern, PatternSpec, Rules
-from .recognizers import DEFAULT_RECOGNIZERS, ID_REGIONS, RECOGNIZERS, check_regions, recognize, shapes
+from .recognizers import DEFAULT_RECOGNIZERS, ID_REGIONS, RECOGNIZERS, check_regions, recognize, scan
 from .recognizers import TYPES as RECOGNIZED
 from .text import Encoded, TextPipeline
 
@@ -242,12 +242,12 @@ def with_recognized(text: str, model: list[Entity], names: Sequence[str],
                     regions: Sequence[str] = ("US",)) -> list[Entity]:
     """Validated matches (score 1.0) added to the model's spans; a model span overlapping a match gives way. So does
     one inside a number of a checksum type whose check failed ("0044 0532" inside a mistyped IBAN is a piece of it,
-    not a phone number: recognizers.shapes), and a model phone number that is such a number whole."""
+    not a phone number: recognizers.scan), and a model phone number that is such a number whole."""
+    found, spans = scan(text, names, regions)
     matches = [Entity(m.entity_type, text[m.start:m.end], 1.0, m.start, m.end, m.scheme, FOUND_BY[m.entity_type])
-               for m in recognize(text, names, regions)]
+               for m in found]
     if not model:
         return matches
-    spans = shapes(text, names, regions)
 
     def within(e: Entity) -> bool:
         return any(a <= e.start and e.end <= b and ((a, b) != (e.start, e.end) or e.entity_type in PHONE_LABELS)

@@ -55,6 +55,10 @@ _ISSUERS: tuple[tuple[tuple[int, int], tuple[int, ...], tuple[int, ...]], ...] =
 )
 
 
+# the checksum finders' candidates, checked or not: (entity type, start, end)
+Shaped = list[tuple[str, int, int]]
+
+
 def _issuer_ok(digits: str) -> bool:
     for (lo, hi), lengths, _ in _ISSUERS:
         width = len(str(lo))
@@ -63,11 +67,11 @@ def _issuer_ok(digits: str) -> bool:
     return False
 
 
-def _emails(text: str, regions: Sequence[str]) -> list[Match]:
+def _emails(text: str, regions: Sequence[str], shaped: Shaped) -> list[Match]:
     return [Match("EMAIL", *m.span()) for m in _EMAIL.finditer(text)]
 
 
-def _urls(text: str, regions: Sequence[str]) -> list[Match]:
+def _urls(text: str, regions: Sequence[str], shaped: Shaped) -> list[Match]:
     out: list[Match] = []
     for m in _URL.finditer(text):
         a, b = m.span()
@@ -77,7 +81,7 @@ def _urls(text: str, regions: Sequence[str]) -> list[Match]:
     return out
 
 
-def _ips(text: str, regions: Sequence[str]) -> list[Match]:
+def _ips(text: str, regions: Sequence[str], shaped: Shaped) -> list[Match]:
     out: list[Match] = []
     for pattern in (_IPV4, _IPV6) if ":" in text else (_IPV4,):
         for m in pattern.finditer(text):
@@ -89,24 +93,30 @@ def _ips(text: str, regions: Sequence[str]) -> list[Match]:
     return out
 
 
-def _ssns(text: str, regions: Sequence[str]) -> list[Match]:
+def _ssns(text: str, regions: Sequence[str], shaped: Shaped) -> list[Match]:
     from stdnum.us import ssn
 
-    return [Match("SSN", *m.span()) for m in _SSN.finditer(text) if ssn.is_valid(m.group())]
+    out: list[Match] = []
+    for m in _SSN.finditer(text):
+        shaped.append(("SSN", *m.span()))
+        if ssn.is_valid(m.group()):
+            out.append(Match("SSN", *m.span()))
+    return out
 
 
-def _cards(text: str, regions: Sequence[str]) -> list[Match]:
+def _cards(text: str, regions: Sequence[str], shaped: Shaped) -> list[Match]:
     from stdnum import luhn
 
     out: list[Match] = []
     for m in _CARD.finditer(text):
+        shaped.append(("CREDIT_CARD_NUMBER", *m.span()))
         digits = re.sub(r"\D", "", m.group())
         if 13 <= len(digits) <= 19 and _issuer_ok(digits) and luhn.is_valid(digits):
             out.append(Match("CREDIT_CARD_NUMBER", *m.span()))
     return out
 
 
-def _phones(text: str, regions: Sequence[str]) -> list[Match]:
+def _phones(text: str, regions: Sequence[str], shaped: Shaped) -> list[Match]:
     if _SIX_DIGITS.search(text) is None:          # no phone number has fewer than six digits close together
         return []
     import phonenumbers
@@ -125,11 +135,12 @@ def _phones(text: str, regions: Sequence[str]) -> list[Match]:
     return out
 
 
-def _ibans(text: str, regions: Sequence[str]) -> list[Match]:
+def _ibans(text: str, regions: Sequence[str], shaped: Shaped) -> list[Match]:
     from stdnum import iban
 
     out: list[Match] = []
     for m in _IBAN.finditer(text):
+        shaped.append(("IBAN", *m.span()))
         value, start = m.group(), m.start()
         for end in range(len(value), 14, -1):     # the longest prefix that validates: a group after it is not its
             if (end == len(value) or value[end] == " ") and iban.is_valid(value[:end]):
@@ -169,19 +180,21 @@ _SCHEMES: dict[str, list[tuple[str, re.Pattern[str], Callable[[str], bool]]]] | 
 ID_REGIONS = ("GB", "DE", "FR", "ES", "IN", "NL", "IT", "PL")   # US ids are the `ssn` recognizer's
 
 
-def _national_ids(text: str, regions: Sequence[str]) -> list[Match]:
+def _national_ids(text: str, regions: Sequence[str], shaped: Shaped) -> list[Match]:
     global _SCHEMES
     if _SCHEMES is None:
         _SCHEMES = _schemes()
     out: list[Match] = []
     for region in regions:
         for scheme, pattern, valid in _SCHEMES.get(region, ()):
-            out.extend(Match("NATIONAL_ID", *m.span(), scheme=scheme) for m in pattern.finditer(text)
-                       if valid(m.group()))
+            for m in pattern.finditer(text):
+                shaped.append(("NATIONAL_ID", *m.span()))
+                if valid(m.group()):
+                    out.append(Match("NATIONAL_ID", *m.span(), scheme=scheme))
     return out
 
 
-FINDERS: dict[str, Callable[[str, Sequence[str]], list[Match]]] = {
+FINDERS: dict[str, Callable[[str, Sequence[str], Shaped], list[Match]]] = {
     "url": _urls, "email": _emails, "iban": _ibans, "credit_card": _cards, "national_id": _national_ids,
     "ssn": _ssns, "ip_address": _ips, "phone": _phones,
 }
@@ -200,39 +213,28 @@ def check_regions(regions: Sequence[str]) -> list[str]:
 def recognize(text: str, names: Sequence[str], regions: Sequence[str] = ("US",)) -> list[Match]:
     """Every validated match of the recognizers `names`, in order of start; overlapping matches resolved by type
     priority (then length), so an email inside a URL or a phone-shaped IBAN is reported once."""
+    return scan(text, names, regions)[0]
+
+
+def scan(text: str, names: Sequence[str], regions: Sequence[str] = ("US",)
+         ) -> tuple[list[Match], list[tuple[int, int]]]:
+    """`recognize`'s matches, and where the checksum types' candidates stand (IBANs, card numbers, national ids,
+    SSNs) whether or not their check passed: digits inside one are a part of that number - a mistyped IBAN - and
+    never a phone number or an id of their own. One pass of each recognizer over the text for both."""
     found: list[tuple[int, Match]] = []
+    shaped: Shaped = []
     for name in names:
-        found.extend((PRIORITY[name], m) for m in FINDERS[name](text, regions))
+        found.extend((PRIORITY[name], m) for m in FINDERS[name](text, regions, shaped))
     found.sort(key=lambda pm: (pm[0], -(pm[1].end - pm[1].start), pm[1].start))
     # digits inside something shaped like an IBAN whose check failed are a mistyped IBAN, not a phone or an id
-    shaped = [m.span() for m in _IBAN.finditer(text)] if any(n in names for n in ("iban",)) else []
+    ibans = [(a, b) for kind, a, b in shaped if kind == "IBAN"]
     kept: list[Match] = []
     for _, m in found:
-        if m.entity_type != "IBAN" and any(m.start < b and a < m.end for a, b in shaped):
+        if m.entity_type != "IBAN" and any(m.start < b and a < m.end for a, b in ibans):
             continue
         if not any(m.start < k.end and k.start < m.end for k in kept):
             kept.append(m)
-    return sorted(kept, key=lambda m: (m.start, m.end))
-
-
-def shapes(text: str, names: Sequence[str], regions: Sequence[str] = ("US",)) -> list[tuple[int, int]]:
-    """Where the checksum types' candidates stand (IBANs, card numbers, national ids, SSNs), whether or not their
-    check passes: digits inside one are a part of that number - a mistyped IBAN - and never a phone number or an id
-    of their own."""
-    out: list[tuple[int, int]] = []
-    if "iban" in names:
-        out += [m.span() for m in _IBAN.finditer(text)]
-    if "credit_card" in names:
-        out += [m.span() for m in _CARD.finditer(text)]
-    if "ssn" in names:
-        out += [m.span() for m in _SSN.finditer(text)]
-    if "national_id" in names:
-        global _SCHEMES
-        if _SCHEMES is None:
-            _SCHEMES = _schemes()
-        out += [m.span() for region in regions for _, pattern, _ in _SCHEMES.get(region, ())
-                for m in pattern.finditer(text)]
-    return out
+    return sorted(kept, key=lambda m: (m.start, m.end)), [(a, b) for _, a, b in shaped]
 
 
 def to_json(m: Match) -> dict[str, Any]:
