@@ -6,8 +6,8 @@ all-minilm-l6-v2 from ../shared/models on this machine, one model per server, ba
   - the baselines, in this process on the same texts: the sorted-batch ceiling (tokenize + session.run + mean
     pooling over length-sorted batches of the best size, the best of 2 sessions x 1 thread and 1 session x 2
     threads), and the raw single forward (one text, tokenize + run + pool, p50) with 1 and with 2 threads;
-  - `rsinfer serve` with the default config (no `replicas`, no `intra_threads`: the plan), then the hand-written
-    plans of the issue (2 x 2 = the old default of "all cores per replica", 2 x 1, 1 x 2), the default with
+  - `rsinfer serve` with the default config (no `replicas`, no `intra_threads`: the plan), then the plans a user
+    might write by hand (2 x 2 = the old default of "all cores per replica", 2 x 1, 1 x 2), the default with
     `server.workers: 2`, and the default pinned to one CPU (`taskset -c 0`, against the one-thread ceiling).
 Per server: 64 clients x 1 short query, 8 clients x 16 mixed texts, one client x one short query (p50), the mean
 forward inside the server (from /metrics, over the one-client run) and the server's peak RSS. Every loop is bounded

@@ -96,7 +96,7 @@ class Inference:
                 work = _planned(plan, stats, args, kwargs)
                 result = _finish(work, queue.run_now(work.rows, work.costs), stats)
             elif stats is not None and stats.body_bytes is not None and stats.body_bytes <= INLINE_BYTES \
-                    and queue.lone() and await self._alone(queue):
+                    and queue.lone() and await self._still_alone(queue):
                 work = _planned(plan, stats, args, kwargs)     # a small body: tokenized here, then
                 if queue.lone(len(work.rows), work.costs[0] if work.rows else 0):   # one short row: its forward too
                     result = _finish(work, queue.run_now(work.rows, work.costs, lone=True), stats)
@@ -140,7 +140,7 @@ class Inference:
                 del busy[ident]
             self.observer.outcome(model.name, model.version or "", ok, time.perf_counter() - t0, stats)
 
-    async def _alone(self, queue: ModelQueue) -> bool:
+    async def _still_alone(self, queue: ModelQueue) -> bool:
         """Whether a request that would run alone still would once the requests that came in with it have started:
         a loop iteration later, nothing else is in flight (under load, clients' requests arrive together; the first
         one run on the loop would keep the others from being read, then batched, until its forward ended)."""
