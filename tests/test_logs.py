@@ -217,15 +217,16 @@ def test_the_direct_access_line_is_the_formatters_line(fmt):
             formatter.format(record) + "\n"
 
 
-def test_loop_handler_writes_once_per_iteration_and_flushes_off_the_loop():
-    """Lines logged on the loop go out in one write when the iteration ends; a line off any loop (and every line
-    at flush) goes out at once, after those waiting: nothing lost, one thread's order kept."""
+def test_loop_handler_writes_once_per_interval_and_flushes_off_the_loop():
+    """Lines logged on the loop go out in one write FLUSH_S after the first of them (not at the end of each loop
+    iteration); a line off any loop (and every line at flush) goes out at once, after those waiting: nothing lost,
+    one thread's order kept."""
     import asyncio
     import io
     import logging
     import threading
 
-    from rsinfer_cli.server.logs import LoopStreamHandler, TextFormatter
+    from rsinfer_cli.server.logs import FLUSH_S, LoopStreamHandler, TextFormatter
 
     class Counting(io.StringIO):
         writes = 0
@@ -243,16 +244,20 @@ def test_loop_handler_writes_once_per_iteration_and_flushes_off_the_loop():
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     try:
-        async def burst() -> tuple[str, str]:
-            for i in range(50):
+        async def burst() -> tuple[str, str, str]:
+            for i in range(25):
                 log.info("line %d", i)
             before = stream.getvalue()
-            await asyncio.sleep(0)        # the iteration ends: the 50 lines go out
+            await asyncio.sleep(0)        # iterations end, other requests' lines join the same write
+            for i in range(25, 50):
+                log.info("line %d", i)
             await asyncio.sleep(0)
-            return before, stream.getvalue()
+            between = stream.getvalue()
+            await asyncio.sleep(FLUSH_S * 2)    # the write is due: the 50 lines go out
+            return before, between, stream.getvalue()
 
-        before, after = asyncio.run(burst())
-        assert before == ""
+        before, between, after = asyncio.run(burst())
+        assert before == between == ""
         assert [ln.split(": ", 1)[1] for ln in after.splitlines()] == [f"line {i}" for i in range(50)]
         assert stream.writes == 1
         log.info("off the loop")
@@ -267,8 +272,7 @@ def test_loop_handler_writes_once_per_iteration_and_flushes_off_the_loop():
             worker.join(5)
             during = stream.getvalue()    # written at once, after the loop's lines that waited
             log.info("loop 3")
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
+            await asyncio.sleep(FLUSH_S * 2)
             return during, stream.getvalue()
 
         during, after = asyncio.run(with_a_thread())

@@ -131,6 +131,8 @@ class JsonFormatter(logging.Formatter):
 
 
 ACCESS = logging.getLogger("rsinfer.access")
+# how long a line logged on an event loop may wait for the write that takes it with the others logged meanwhile
+FLUSH_S = 0.05
 
 
 def access(msg: str, fields: Callable[[], dict[str, Any]]) -> None:
@@ -168,11 +170,12 @@ def _direct() -> LoopStreamHandler | None:
 
 
 class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """stderr, written once per event-loop iteration instead of once per line.
+    """stderr, written at most every FLUSH_S seconds instead of once per line (nginx's `access_log ... flush=`).
 
-    A line logged on a thread running an event loop (every access line) is kept until the loop's current iteration
-    ends, then all of them go out in one write: one system call for every request answered in that iteration, not
-    one each (64 clients on `add_one`: 63 µs of CPU per request with a write per line, see benchmarks/RESULTS.md).
+    A line logged on a thread running an event loop (every access line) is kept until FLUSH_S after the first line
+    that waits, then all of them go out in one write: one system call for every request answered meanwhile, not one
+    each. A write per line cost 63 µs of CPU per request (64 clients on `add_one`); one per loop iteration still cost
+    a gRPC call ~40 µs, because grpc.aio answers each call in an iteration of its own (benchmarks/RESULTS.md).
     Lines from other threads, and every line at `flush()` (shutdown, `logging.shutdown()`), are written at once,
     after any that wait, so nothing is lost and one thread's lines keep their order."""
 
@@ -191,15 +194,15 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.line(line)
 
     def line(self, line: str) -> None:
-        """A formatted line (with its terminator): out at the end of the loop's iteration, or now off a loop. Only
-        the first line of an iteration looks for the running loop (on Python 3.11 that look-up is a getpid() system
+        """A formatted line (with its terminator): out with the write due on this thread's loop, or now off a loop.
+        Only the first line of a write looks for the running loop (on Python 3.11 that look-up is a getpid() system
         call); the others join the write already due."""
         me = threading.get_ident()
         with self.lock:   # type: ignore[union-attr]
             self._pending.append(line)
             due = self._due
             if due is not None and due[0] == me and due[1].is_running():
-                return       # this thread's loop writes them at the end of its iteration
+                return       # this thread's loop writes them when that write is due
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -210,7 +213,7 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             with self.lock:   # type: ignore[union-attr]
                 if self._due is None:
                     self._due = (me, loop)
-            loop.call_soon(self.flush)
+            loop.call_later(FLUSH_S, self.flush)
 
     def flush(self) -> None:
         with self.lock:   # type: ignore[union-attr]
