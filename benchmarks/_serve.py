@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 
 def write_results(out: Path, lines: list[str]) -> int:
@@ -54,21 +55,40 @@ def spread(values: list[float], fmt: str) -> str:
     return f"{mean:{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]" if len(values) > 1 else f"{mean:{fmt}}"
 
 
-def abba_floor(names: list[str], run: Callable[[str], tuple[float, float]], rate: str,
-               per: str, floor: str, passes: int = 2) -> list[str]:
-    """The floor benchmarks' runs and table: each server `run(name)` → (rate, CPU µs per `per`), `passes` times in
-    ABBA order with a pause between; a row per server with the spread of its passes and its CPU over the `floor`
-    server's, pass by pass (the two measured minutes apart, as close as they come on this machine)."""
-    got: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
-    for p in range(passes):
-        for name in (names if p % 2 == 0 else names[::-1]):
-            got[name].append(run(name))
-            time.sleep(1)
-    lines = ["", f"| server | {rate} | CPU µs per {per} | × {floor} |", "|---|---|---|---|"]
+class Side(Protocol):
+    """One server of a floor benchmark, up for the whole run: `load(seconds)` → (rate, CPU µs per request) of one
+    block of the load, `stop()` at the end."""
+
+    def load(self, seconds: float) -> tuple[float, float]: ...
+
+    def stop(self) -> None: ...
+
+
+def interleaved_floor(names: list[str], start: Callable[[str], Side], rate: str, per: str, floor: str,
+                      rounds: int, seconds: float) -> list[str]:
+    """The floor benchmarks' runs and table. Every server is started first and stays up; then `rounds` rounds, each
+    one block of `seconds` of load per server, in an order reversed every round (ABBA...). A row per server: its
+    rate and CPU µs per `per` over all its blocks, with the spread of the blocks; × floor = the median, over the
+    rounds, of its CPU over the `floor` server's in the same round (blocks seconds apart: the drift of this
+    machine's speed, 1.5-2x within an hour, cancels out of a ratio taken so close)."""
+    sides: dict[str, Side] = {}
+    try:
+        for name in names:
+            sides[name] = start(name)
+        got: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
+        for r in range(rounds):
+            for name in (names if r % 2 == 0 else names[::-1]):
+                got[name].append(sides[name].load(seconds))
+    finally:
+        for side in sides.values():
+            side.stop()
+    lines = ["", f"| server | {rate} | CPU µs per {per} | × {floor} (median of {rounds} rounds) |",
+             "|---|---|---|---|"]
     for name in names:
-        ratios = [c / f for (_, c), (_, f) in zip(got[name], got[floor], strict=True)]
+        ratios = sorted(c / f for (_, c), (_, f) in zip(got[name], got[floor], strict=True))
+        median = statistics.median(ratios)
         lines.append(f"| {name} | {spread([r for r, _ in got[name]], '.0f')} | "
-                     f"{spread([c for _, c in got[name]], '.0f')} | {spread(ratios, '.2f')} |")
+                     f"{spread([c for _, c in got[name]], '.0f')} | {median:.2f} [{ratios[0]:.2f}-{ratios[-1]:.2f}] |")
     return lines
 
 

@@ -23,9 +23,10 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
-from _serve import Serve, abba_floor, free_port, tree_cpu_seconds, write_results
+from _serve import Serve, free_port, interleaved_floor, tree_cpu_seconds, write_results
 from batching import ROOT, SHARED, machine
 from overhead import config, grpc_load
 
@@ -94,56 +95,61 @@ SERVER = textwrap.dedent('''
 ''')
 
 
-def bare(mode: str, seconds: float) -> tuple[float, float]:
-    """(requests/s, CPU µs per call) of one bare server."""
+class Grpc:
+    """One server under the 64-client gRPC load: `load(seconds)` → (calls/s, CPU µs per call of its process tree)."""
+
+    def __init__(self, target: str, pid: int, stop: Callable[[], None]) -> None:
+        self.target, self.pid, self.stop = target, pid, stop
+        asyncio.run(grpc_load(target, 2))      # warm-up
+
+    def load(self, seconds: float) -> tuple[float, float]:
+        t0 = sum(tree_cpu_seconds(self.pid).values())
+        r = asyncio.run(grpc_load(self.target, seconds))
+        t1 = sum(tree_cpu_seconds(self.pid).values())
+        if r["errors"]:
+            raise SystemExit(f"{r['errors']} calls failed against {self.target}")
+        return r["rps"], 1e6 * (t1 - t0) / max(r["requests"], 1)
+
+
+def bare(mode: str) -> Grpc:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-c", SERVER, mode, str(port), str(ADD / "model.onnx")],
                             stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        asyncio.run(grpc_load(f"127.0.0.1:{port}", 2))      # warm-up
-        t0 = sum(tree_cpu_seconds(proc.pid).values())
-        r = asyncio.run(grpc_load(f"127.0.0.1:{port}", seconds))
-        t1 = sum(tree_cpu_seconds(proc.pid).values())
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    n = max(r["requests"], 1)
-    return r["rps"], 1e6 * (t1 - t0) / n
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(30)
+
+    return Grpc(f"127.0.0.1:{port}", proc.pid, stop)
 
 
-def rsinfer(seconds: float, tmp: Path) -> tuple[float, float]:
+def rsinfer(tmp: Path) -> Grpc:
     grpc_port = free_port()
     models, server = config(1, grpc_port)              # overhead.py's: the defaults and grpc_bind
     srv = Serve(models, tmp, server, name="grpc-floor", log_level="info")
-    try:
-        asyncio.run(grpc_load(f"127.0.0.1:{grpc_port}", 2))
-        t0 = sum(tree_cpu_seconds(srv.proc.pid).values())
-        r = asyncio.run(grpc_load(f"127.0.0.1:{grpc_port}", seconds))
-        t1 = sum(tree_cpu_seconds(srv.proc.pid).values())
-    finally:
-        srv.stop()
-    n = max(r["requests"], 1)
-    return r["rps"], 1e6 * (t1 - t0) / n
+    return Grpc(f"127.0.0.1:{grpc_port}", srv.proc.pid, srv.stop)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
-    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=3, help="seconds of load per server per round")
     args = parser.parse_args()
     names = ["aio fixed", "aio run", "aio meta+run", "sync meta+run", "rsinfer"]
     with tempfile.TemporaryDirectory() as tmp:
-        def run(name: str) -> tuple[float, float]:
-            return rsinfer(args.seconds, Path(tmp)) if name == "rsinfer" else bare(name.replace(" ", "-"), args.seconds)
+        def start(name: str) -> Grpc:
+            return rsinfer(Path(tmp)) if name == "rsinfer" else bare(name.replace(" ", "-"))
 
-        table = abba_floor(names, run, "calls/s", "call", floor="aio run")
+        table = interleaved_floor(names, start, "calls/s", "call", "aio run", args.rounds, args.seconds)
     lines = ["", "## The floor of KServe gRPC in Python (`grpc_floor.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/grpc_floor.py` (64 "
-             "tritonclient.grpc.aio clients on 127.0.0.1, add_one, "
-             f"{args.seconds:.0f} s per server, each twice in ABBA order; CPU = the server's process tree per call).",
-             *table]
+             "tritonclient.grpc.aio clients on 127.0.0.1, add_one; every server up at once, "
+             f"{args.rounds} rounds of {args.seconds:g} s of load per server, in an order reversed each round; CPU = "
+             "the server's process tree per call).", *table]
     lines.append("")
     return write_results(args.out, lines)
 

@@ -23,9 +23,10 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
-from _serve import Serve, abba_floor, free_port, tree_cpu_seconds, write_results
+from _serve import Serve, free_port, interleaved_floor, tree_cpu_seconds, write_results
 from batching import ROOT, SHARED, drive_raw, machine
 from overhead import CLIENTS, config, kserve_binary, kserve_json
 
@@ -85,61 +86,71 @@ SERVER = textwrap.dedent('''
 ''')
 
 
-def load(port: int, binary: bool, seconds: float, pid: int) -> tuple[float, float]:
-    """(requests/s, CPU µs per request of the process tree `pid`) under the 64-client load."""
-    host = f"127.0.0.1:{port}"
-    requests = (kserve_binary if binary else kserve_json)(host, 200_000)
-    url = f"http://{host}"
-    asyncio.run(drive_raw(url, requests[:500], 8, 2))          # warm-up
-    t0 = sum(tree_cpu_seconds(pid).values())
-    r = asyncio.run(drive_raw(url, requests, CLIENTS, seconds))
-    t1 = sum(tree_cpu_seconds(pid).values())
-    if r["errors"]:
-        raise SystemExit(f"{r['errors']} requests failed against {url}")
-    return r["rps"], 1e6 * (t1 - t0) / max(r["requests"], 1)
+class Http:
+    """One server under the 64-client load, JSON or binary bodies: `load(seconds)` → (requests/s, CPU µs per
+    request of its process tree `pid`)."""
+
+    def __init__(self, port: int, binary: bool, pid: int, stop: Callable[[], None]) -> None:
+        host = f"127.0.0.1:{port}"
+        self.requests = (kserve_binary if binary else kserve_json)(host, 200_000)
+        self.url, self.pid, self.stop = f"http://{host}", pid, stop
+        asyncio.run(drive_raw(self.url, self.requests[:500], 8, 2))          # warm-up
+
+    def load(self, seconds: float) -> tuple[float, float]:
+        t0 = sum(tree_cpu_seconds(self.pid).values())
+        r = asyncio.run(drive_raw(self.url, self.requests, CLIENTS, seconds))
+        t1 = sum(tree_cpu_seconds(self.pid).values())
+        if r["errors"]:
+            raise SystemExit(f"{r['errors']} requests failed against {self.url}")
+        return r["rps"], 1e6 * (t1 - t0) / max(r["requests"], 1)
 
 
-def bare(mode: str, binary: bool, seconds: float) -> tuple[float, float]:
+def bare(mode: str) -> tuple[int, int, Callable[[], None]]:
+    """A bare aiohttp server of `mode` started: (port, pid, stop)."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", SERVER, mode, str(port), str(ADD / "model.onnx")],
                             stdout=subprocess.PIPE, text=True, env=dict(os.environ))
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        return load(port, binary, seconds, proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
 
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(30)
 
-def rsinfer(binary: bool, seconds: float, tmp: Path) -> tuple[float, float]:
-    models, server = config(1, free_port())             # overhead.py's: the defaults (and a gRPC bind)
-    srv = Serve(models, tmp, server, name="http-floor", log_level="info")
-    try:
-        return load(int(srv.url.rsplit(":", 1)[1]), binary, seconds, srv.proc.pid)
-    finally:
-        srv.stop()
+    return port, proc.pid, stop
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
-    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=3, help="seconds of load per server per round")
     args = parser.parse_args()
     names = ["aiohttp fixed", "aiohttp request.json()+run", "aiohttp parse+run json", "aiohttp parse+run binary",
              "rsinfer json", "rsinfer binary"]
     modes = {"aiohttp fixed": "fixed", "aiohttp request.json()+run": "stdlib", "aiohttp parse+run json": "run",
              "aiohttp parse+run binary": "run"}
+    servers: dict[str, tuple[int, int, Callable[[], None]]] = {}   # one process per mode, JSON and binary alike
     with tempfile.TemporaryDirectory() as tmp:
-        def run(name: str) -> tuple[float, float]:
-            binary = name.endswith("binary")
-            return (rsinfer(binary, args.seconds, Path(tmp)) if name.startswith("rsinfer") else
-                    bare(modes[name], binary, args.seconds))
+        def start(name: str) -> Http:
+            mode = "rsinfer" if name.startswith("rsinfer") else modes[name]
+            if mode not in servers:
+                if mode == "rsinfer":
+                    models, server = config(1, free_port())     # overhead.py's: the defaults (and a gRPC bind)
+                    srv = Serve(models, Path(tmp), server, name="http-floor", log_level="info")
+                    servers[mode] = (int(srv.url.rsplit(":", 1)[1]), srv.proc.pid, srv.stop)
+                else:
+                    servers[mode] = bare(mode)
+            port, pid, stop = servers[mode]
+            return Http(port, name.endswith("binary"), pid, stop)
 
-        table = abba_floor(names, run, "requests/s", "request", floor="aiohttp request.json()+run")
+        table = interleaved_floor(names, start, "requests/s", "request", "aiohttp request.json()+run",
+                                  args.rounds, args.seconds)
     lines = ["", "## The floor of KServe REST in Python (`http_floor.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/http_floor.py` ({CLIENTS} raw HTTP/1.1 "
-             f"keep-alive clients on 127.0.0.1, add_one, {args.seconds:.0f} s per server, each twice in ABBA order; "
-             "CPU = the server's process tree per request).", *table]
+             f"keep-alive clients on 127.0.0.1, add_one; every server up at once, {args.rounds} rounds of "
+             f"{args.seconds:g} s of load per server, in an order reversed each round; CPU = the server's process "
+             "tree per request).", *table]
     lines.append("")
     return write_results(args.out, lines)
 
