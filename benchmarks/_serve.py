@@ -28,9 +28,12 @@ def write_results(out: Path, lines: list[str]) -> int:
     found = re.search(rf"^## .*{re.escape(tag.group(0))}\n", text, flags=re.M)
     if found is None:
         text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", found.end() - 1)
-        text = text[:found.start()] + section + (text[end + 1:] if end >= 0 else "")
+    else:     # up to the next section, or the snippet marker (docs' `--8<--` includes) that opens it
+        nxt = re.compile(r"^(## |<!-- --8<-- \[start:)", flags=re.M).search(text, found.end())
+        old = text[found.start():nxt.start() if nxt is not None else len(text)]
+        ends = re.findall(r"^<!-- --8<-- \[end:[\w-]+\] -->$", old, flags=re.M)   # the section's own snippet ends
+        section += "".join(f"{marker}\n" for marker in ends)
+        text = text[:found.start()] + section + ("\n" + text[nxt.start():] if nxt is not None else "")
     out.write_text(text, encoding="utf-8")
     print(section)
     return 0

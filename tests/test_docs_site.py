@@ -44,3 +44,22 @@ def test_results_hold_one_section_per_benchmark():
     for name, section in zip(names, sections, strict=True):
         assert (ROOT / "benchmarks" / name).is_file(), name
         assert f"benchmarks/{name}" in section, name
+
+
+def test_a_benchmark_rewrites_its_own_section_and_keeps_the_snippet_markers(tmp_path, capsys):
+    """write_results replaces the section titled with the script's name (appends it when missing), keeps a blank
+    line before the next section, and neither drops the snippet markers around a section (docs pages include parts of
+    RESULTS.md by them) nor lets a rewritten section swallow the next one's opening marker."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _serve import write_results
+
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# Results\n\n## A (`a.py`)\n\nold a\n<!-- --8<-- [start:b] -->\n## B (`b.py`)\n\nold b\n\n"
+                   "<!-- --8<-- [end:b] -->\n## C (`c.py`)\n\nold c\n", encoding="utf-8")
+    write_results(out, ["", "## A (`a.py`)", "", "new a", ""])
+    write_results(out, ["", "## B (`b.py`)", "", "new b"])
+    write_results(out, ["", "## D (`d.py`)", "", "new d"])
+    capsys.readouterr()
+    assert out.read_text(encoding="utf-8") == (
+        "# Results\n\n## A (`a.py`)\n\nnew a\n\n<!-- --8<-- [start:b] -->\n## B (`b.py`)\n\nnew b\n"
+        "<!-- --8<-- [end:b] -->\n\n## C (`c.py`)\n\nold c\n\n## D (`d.py`)\n\nnew d\n")
