@@ -286,3 +286,32 @@ def test_loop_handler_writes_once_per_interval_and_flushes_off_the_loop():
         assert stream.getvalue().endswith("held\n") and handler._due is None   # written at once, not held
     finally:
         log.removeHandler(handler)
+
+
+def test_run_loop_writes_what_its_loop_left_pending():
+    """A line logged in the loop's last moments waits for a write the loop will never run: run_loop writes it once
+    the loop has ended (nothing lost at a stop, whatever the interpreter does next)."""
+    import io
+    import logging
+
+    from rsinfer_cli.server.logs import LoopStreamHandler, TextFormatter
+    from rsinfer_cli.server.run import run_loop
+
+    stream = io.StringIO()
+    handler = LoopStreamHandler()
+    handler.setStream(stream)
+    handler.setFormatter(TextFormatter())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        async def last_words() -> int:
+            logging.getLogger("rsinfer.test-last-words").info("draining done")
+            return 7
+
+        assert run_loop(last_words(), "asyncio") == 7
+        assert stream.getvalue().endswith("draining done\n")
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)

@@ -175,7 +175,7 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
     A line logged on a thread running an event loop (every access line) is kept until FLUSH_S after the first line
     that waits, then all of them go out in one write: one system call for every request answered meanwhile, not one
     each. A write per line cost 63 µs of CPU per request (64 clients on `add_one`); one per loop iteration still cost
-    a gRPC call ~40 µs, because grpc.aio answers each call in an iteration of its own (benchmarks/RESULTS.md).
+    a gRPC call 30-40 µs, because grpc.aio answers each call in an iteration of its own (benchmarks/RESULTS.md).
     Lines from other threads, and every line at `flush()` (shutdown, `logging.shutdown()`), are written at once,
     after any that wait, so nothing is lost and one thread's lines keep their order."""
 

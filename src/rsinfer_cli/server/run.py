@@ -124,18 +124,22 @@ def run_loop(main: Coroutine[Any, Any, T], choice: str = "auto") -> T:
     """asyncio.run with the event loop `server.event_loop` names: uvloop (libuv; measured in benchmarks/overhead.py)
     when installed and not turned off, else asyncio's. A front end, an engine and the one-process server all run
     on it."""
-    if choice in ("auto", "uvloop"):
-        try:
-            import uvloop
-        except ImportError:
-            if choice == "uvloop":
-                raise ConfigError("server.event_loop: uvloop is not installed (pip install uvloop)") from None
-        else:
-            log.info("event loop: uvloop")
-            result: T = uvloop.run(main)
-            return result
-    log.info("event loop: asyncio")
-    return asyncio.run(main)
+    try:
+        if choice in ("auto", "uvloop"):
+            try:
+                import uvloop
+            except ImportError:
+                if choice == "uvloop":
+                    raise ConfigError("server.event_loop: uvloop is not installed (pip install uvloop)") from None
+            else:
+                log.info("event loop: uvloop")
+                result: T = uvloop.run(main)
+                return result
+        log.info("event loop: asyncio")
+        return asyncio.run(main)
+    finally:      # the lines the loop's last write would have taken (logs.LoopStreamHandler): out now, in order
+        for handler in logging.getLogger().handlers:
+            handler.flush()
 
 
 def serve(config: Config, host: str | None = None, port: int | None = None) -> None:
