@@ -50,6 +50,28 @@ def measure(srv: Serve, loads: dict, max_s: float, only: tuple[str, ...] | None 
     return out
 
 
+def interleaved_one_client(servers: list[tuple[str, str, str, str | None]], bodies: list[dict], tmp: Path,
+                           blocks: int) -> dict[str, float]:
+    """One client's p50 per server, the servers up at once and measured in turn in 3 s blocks, the order reversed
+    every block (the mean of the blocks' p50s): the rounds above are minutes apart, and this machine's speed drifts
+    by more than a millisecond in that time."""
+    started: list[tuple[str, Serve]] = []
+    p50s: dict[str, list[float]] = {}
+    try:
+        for k, (label, extra, server_yaml, _) in enumerate(servers):
+            started.append((label, Serve(model_yaml(extra), tmp, server_yaml, name=f"one{k}")))
+        for _, srv in started:
+            asyncio.run(drive(srv.url, "/v1/embeddings", bodies[:50], 1, 3))       # warm-up
+        for b in range(blocks):
+            for label, srv in (started if b % 2 == 0 else started[::-1]):
+                r = asyncio.run(drive(srv.url, "/v1/embeddings", bodies, 1, 3))
+                p50s.setdefault(label, []).append(r["p50_ms"])
+    finally:
+        for _, srv in started:
+            srv.stop()
+    return {label: sum(v) / len(v) for label, v in p50s.items()}
+
+
 def tree(pid: int) -> list[int]:
     """A process and its descendants (worker processes: the supervisor, the engine, the front ends)."""
     out = [pid]
@@ -68,6 +90,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds over every server (noise shows)")
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     ap.add_argument("--servers", help="only the server rows whose label contains one of these (comma-separated)")
+    ap.add_argument("--blocks", type=int, default=10, help="interleaved 3 s blocks of one client per server")
     args = ap.parse_args()
     short = queries(3000, 1)
     mixed_texts = mixed(1600, 2)
@@ -105,6 +128,8 @@ def main() -> int:
                 with Serve(model_yaml(extra), Path(tmp), server_yaml, name=f"threads{k}", cpus=cpus) as srv:
                     results.setdefault(label, []).append(
                         measure(srv, loads, args.max_seconds, ("short",) if cpus else None))
+        one_client = interleaved_one_client([s for s in servers if s[3] is None], loads["latency"][0], Path(tmp),
+                                            args.blocks)
 
     def span(values: list[float], fmt: str) -> str:
         """The rounds' range: `a` when they agree to the format, else `lo-hi`."""
@@ -120,14 +145,16 @@ def main() -> int:
     lines = ["", "## Threads and CPUs: the default plan against the raw pipeline (`threads.py`)", "",
              f"Machine: {machine()}; CPUs this process may use: {len(affinity)}. Reproduce: "
              f"`.venv/bin/python benchmarks/threads.py`. all-MiniLM-L6-v2 fp32, batching on, {args.rounds} interleaved "
-             "rounds (a cell gives the range over them).", "",
+             "rounds (a cell gives the range over them); then one client again, every server but the pinned one up at "
+             f"once and measured in turn, {args.blocks} blocks of 3 s each (the mean of the blocks' p50s).", "",
              f"Baselines (in-process, same texts): sorted-batch ceiling {c_short[0]:.0f} short texts/s (batch "
              f"{c_short[1]}), {c_mixed[0]:.0f} mixed texts/s (batch {c_mixed[1]}), best of 2 x 1 and 1 x 2; "
              f"one-thread ceiling {c_one[0]:.0f} short texts/s; raw single forward (tokenize + run + pool) p50 "
              f"{single[1]:.2f} ms on 1 thread, {single[2]:.2f} ms on 2.", "",
              "| server config | resolved plan | 64 x 1 short (texts/s, / ceiling) | 8 x 16 mixed (texts/s, / ceiling) "
-             "| 1 client p50 (ms, - best raw) | forward in server (ms) | peak RSS (GB, every process) | errors |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| 1 client p50 (ms, - best raw) | 1 client p50, interleaved (ms) | forward in server (ms) "
+             "| peak RSS (GB, every process) | errors |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for label, rounds in results.items():
         first = rounds[0]
         ceil = c_one[0] if "taskset" in label else c_short[0]
@@ -137,8 +164,9 @@ def main() -> int:
             lat = f"{span(p50, '.2f')} ({span([p - best_single for p in p50], '+.2f')})"
             fwd = span([r["forward_ms"] for r in rounds], ".2f")
         errors = sum(r[n]["errors"] for r in rounds for n in ("short", "mixed", "latency") if n in r)
+        inter = f"{one_client[label]:.2f}" if label in one_client else "-"
         lines.append(f"| {label} | {first['plan']} | {rate(rounds, 'short', ceil)} | "
-                     f"{rate(rounds, 'mixed', c_mixed[0])} | {lat} | {fwd} | "
+                     f"{rate(rounds, 'mixed', c_mixed[0])} | {lat} | {inter} | {fwd} | "
                      f"{span([r['rss_gb'] for r in rounds], '.2f')} | {errors} |")
     lines.append("")
     return write_results(args.out, lines)
