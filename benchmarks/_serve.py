@@ -52,6 +52,13 @@ def pyplot() -> Any:
     return plt
 
 
+def save_chart(fig: Any, path: Path) -> None:
+    """A benchmark's figure, laid out, as the PNG at `path` (its folder made when missing)."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
 def spread(values: list[float], fmt: str) -> str:
     """A table cell for repeated passes: their mean, and their range in brackets when there are several."""
     mean = sum(values) / len(values)

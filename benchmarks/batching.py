@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _serve import CHARTS, Serve, plan_of, pyplot, write_results
+from _serve import CHARTS, Serve, plan_of, pyplot, save_chart, write_results
 
 ROOT = Path(__file__).resolve().parent
 SHARED = Path(os.environ.get("RSINFER_SHARED_MODELS") or ROOT.parents[1] / "shared" / "models")
@@ -261,9 +261,7 @@ def chart(path: Path, rows: list[dict], ceilings: dict[str, float]) -> None:
     ax.set_ylabel("texts/s (rerank: pairs/s)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_chart(fig, path)
 
 
 def main() -> int:

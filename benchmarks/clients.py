@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _serve import CHARTS, Serve, plan_of, pyplot, write_results
+from _serve import CHARTS, Serve, plan_of, pyplot, save_chart, write_results
 from batching import ROOT, SHARED, Raw, ceiling, drive, machine, queries
 
 MODEL = SHARED / "all-minilm-l6-v2"
@@ -58,9 +58,7 @@ def chart(path: Path, rows: list[dict], ceil: float, single: float) -> None:
         ax.set_xlabel("concurrent clients, one short query each")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_chart(fig, path)
 
 
 def main() -> int:

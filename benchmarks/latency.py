@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _serve import CHARTS, Serve, free_port, pyplot, write_results
+from _serve import CHARTS, Serve, free_port, pyplot, save_chart, write_results
 from batching import SHARED, machine
 from grpc_floor import SERVER as GRPC_SERVER
 
@@ -287,8 +287,7 @@ def chart(path: Path, workloads: list[tuple[str, list[Side]]]) -> None:
         ax.set_xticks(qs)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_chart(fig, path)
 
 
 def main() -> int:
