@@ -26,9 +26,8 @@ MODEL = SHARED / "all-minilm-l6-v2"
 CLIENTS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
-def batch_one(texts: list[str], seconds: float) -> float:
+def batch_one(raw: Raw, texts: list[str], seconds: float) -> float:
     """Texts/s of the raw pipeline one text at a time on one session of two threads."""
-    raw = Raw(MODEL)
     sess = raw.session(2)
     for t in texts[:20]:
         raw.embed(sess, [t])
@@ -69,8 +68,9 @@ def main() -> int:
     args = ap.parse_args()
     texts = queries(20_000, 1)
     ceil, best = ceiling(MODEL, texts[:1000], [1, 8, 16, 32, 64])
-    single = batch_one(texts, min(args.seconds, 5))
-    single_p50 = Raw(MODEL).single_p50_ms(texts[:300], 2)
+    raw = Raw(MODEL)
+    single = batch_one(raw, texts, min(args.seconds, 5))
+    single_p50 = raw.single_p50_ms(texts[:300], 2)
     bodies = [{"model": "mini", "input": q} for q in texts]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

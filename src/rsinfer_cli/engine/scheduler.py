@@ -360,16 +360,15 @@ class Scheduler:
             done(finish([]), None)
             return None
         loop = self._get_loop()
-        direct = not self.batching or n > self.capacity
-        if direct and self.now():
-            try:
-                answer = finish(self.run_now(rows, costs))
-            except Exception as exc:  # noqa: BLE001 - the request's error, handed to its caller
-                done(None, exc)
-            else:
-                done(answer, None)
-            return None
-        if direct:
+        if not self.batching or n > self.capacity:
+            if self.now():
+                try:
+                    answer = finish(self.run_now(rows, costs))
+                except Exception as exc:  # noqa: BLE001 - the request's error, handed to its caller
+                    done(None, exc)
+                else:
+                    done(answer, None)
+                return None
             job = self._admit(_Job(loop.create_future(), time.perf_counter(), direct=self._whole(rows, costs, finish)),
                               0)
         else:
