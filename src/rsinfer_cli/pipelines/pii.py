@@ -548,10 +548,11 @@ class PiiPipeline(TextPipeline):
         ids: list[list[int]] = []
         type_ids: list[list[int]] = []
         for enc in encs:
-            wins = self.windows_of(len(enc.ids))
+            tokens = enc.ids       # a new list of every id at each read of .ids: once per text, not per window
+            wins = self.windows_of(len(tokens))
             plan.append((len(ids), wins))
             for s, e in wins:
-                row = self.prefix + enc.ids[s:e] + self.suffix
+                row = self.prefix + tokens[s:e] + self.suffix
                 ids.append(row)
                 type_ids.append([0] * len(row))
         timing.tokenize_s += time.perf_counter() - t0
@@ -561,7 +562,7 @@ class PiiPipeline(TextPipeline):
             out = []
             for enc, (first, wins) in zip(encs, plan, strict=True):
                 parts = [rows[first + k][p: len(rows[first + k]) - q] for k in range(len(wins))]
-                probs = stitch(wins, parts) if enc.ids else np.empty((0, len(self.labels)), dtype=np.float32)
+                probs = stitch(wins, parts) if len(enc) else np.empty((0, len(self.labels)), dtype=np.float32)
                 out.append((enc, probs))
             return out
 
