@@ -35,6 +35,9 @@ log = logging.getLogger("rsinfer.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_ROUTES = frozenset({"/health", "/v2/health/live", "/v2/health/ready", "/openapi.json", "/docs",
                          "/docs/assets"})
+# the status a request whose client disconnected before its answer is logged and counted with (nginx's "client closed
+# request"): work nobody waits for is no server error
+CLIENT_CLOSED = 499
 STATIC = Path(__file__).parent / "static" / "swagger-ui"   # Swagger UI 5 (Apache-2.0), served by /docs, no CDN
 
 
@@ -119,7 +122,8 @@ def front(config: Config, metrics: Metrics, limiter: RateLimiter | None = None, 
                 except (asyncio.TimeoutError, TimeoutError):
                     raise RequestTimeout(f"request took longer than server.request_timeout_ms "
                                          f"({config.server.request_timeout_ms} ms)") from None
-            except asyncio.CancelledError:
+            except asyncio.CancelledError:   # the client went away: logged and counted as nginx's 499, not a 500
+                status = CLIENT_CLOSED
                 raise
             except Exception as exc:  # noqa: BLE001 - this is the mapping point
                 kserve = route in kserve_routes
