@@ -137,6 +137,62 @@ def test_grpc_request_id_through_metadata(tmp_path):
     assert access["grpc-id-2"]["code"] == "NOT_FOUND"
 
 
+def test_grpc_call_the_client_left_and_an_unexpected_error_are_told_apart(tmp_path, caplog):
+    """A gRPC call whose client gave up (its deadline passed) is counted and logged CANCELLED, not OK; an unexpected
+    exception answers INTERNAL "internal server error" (grpc.aio would send the exception's own text as UNKNOWN) and
+    is logged with its traceback."""
+    import asyncio
+    import threading
+
+    import grpc
+
+    from rsinfer_cli.config import load_config
+    from rsinfer_cli.server.kserve import kserve_pb2 as pb
+    from rsinfer_cli.server.kserve import kserve_pb2_grpc as pb_grpc
+
+    from serverutil import ServerThread
+
+    path = config(tmp_path)
+    with ServerThread(load_config(path), grpc=True) as srv, grpc.insecure_channel(srv.grpc_url) as ch:
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
+        auth = (("authorization", f"Bearer {KEY}"),)
+        request = pb.ModelInferRequest(model_name="add", inputs=[pb.ModelInferRequest.InferInputTensor(
+            name="X", datatype="FP32", shape=[1, 2], contents=pb.InferTensorContents(fp32_contents=[1, 2]))])
+        core = srv.state.core
+        infer = core.infer
+        gone = threading.Event()
+
+        async def slow(*args, **kwargs):
+            try:
+                await asyncio.sleep(10)
+            finally:
+                gone.set()
+
+        core.infer = slow
+        with pytest.raises(grpc.RpcError) as err:
+            stub.ModelInfer(request, timeout=0.3, metadata=auth)
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert gone.wait(5)                  # the handler was cancelled, not left to run its 10 s
+
+        async def boom(*args, **kwargs):
+            raise RuntimeError(f"detail from {tmp_path}")
+
+        core.infer = boom
+        with caplog.at_level("ERROR", logger="rsinfer.server"), pytest.raises(grpc.RpcError) as err:
+            stub.ModelInfer(request, timeout=10, metadata=auth)
+        assert err.value.code() == grpc.StatusCode.INTERNAL and err.value.details() == "internal server error"
+        assert str(tmp_path) not in err.value.details()
+        assert any(r.exc_info and "gRPC ModelInfer failed" in r.getMessage() for r in caplog.records)
+        core.infer = infer
+        assert stub.ModelInfer(request, timeout=10, metadata=auth).outputs[0].name == "Y"
+        text = httpx.get(srv.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).text
+    counts = {code: metric for code in ("CANCELLED", "INTERNAL", "OK")
+              for metric in [next((float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+                                   if ln.startswith("rsinfer_grpc_requests_total{") and 'method="ModelInfer"' in ln
+                                   and f'code="{code}"' in ln), 0.0)]}
+    assert counts == {"CANCELLED": 1.0, "INTERNAL": 1.0, "OK": 1.0}, counts
+
+
 def test_memory_cache_bytes_with_worker_processes(tmp_path):
     """rsinfer_cache_bytes is exported with worker processes too: the front ends' memory caches, summed."""
     import re

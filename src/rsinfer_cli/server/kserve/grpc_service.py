@@ -7,6 +7,7 @@ grpc_health_probe. Health needs no API key, like /health."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
@@ -29,6 +30,8 @@ from . import codec
 from . import extensions as ext
 from . import kserve_pb2 as pb
 from . import kserve_pb2_grpc as pb_grpc
+
+log = logging.getLogger("rsinfer.server")
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -114,6 +117,15 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         except RsinferError as exc:
             code = code_for(exc)
             await context.abort(code, kserve_message(exc), trailing_metadata=echo)
+        except asyncio.CancelledError:      # the client cancelled or went away, or its deadline passed
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - grpc.aio would send the exception's text as UNKNOWN
+            code = grpc.StatusCode.INTERNAL
+            log.error("gRPC %s failed: %s", method, exc, exc_info=True)
+            await context.abort(code, "internal server error", trailing_metadata=echo)
         finally:
             elapsed = time.perf_counter() - t0
             self._observe(method, code, elapsed)
