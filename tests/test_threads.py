@@ -494,12 +494,14 @@ def test_a_lone_small_request_runs_on_the_event_loop(tmp_path):
 
         sched.forward = traced
         vectors = []
-        for _ in range(3):
+        for _ in range(40):   # bounded; on a busy machine a few more forwards may be measured before the lane is short
             r = c.post("/v1/embeddings", json={"model": "m", "input": "how do I reset my password"})
             assert r.status_code == 200, r.text
             vectors.append(r.json()["data"][0]["embedding"])
-        assert threads[0][0] != "server" and threads[1:] == [("server", 1), ("server", 1)], threads
-        assert vectors[0] == vectors[1] == vectors[2]
+            if threads[-2:] == [("server", 1), ("server", 1)]:
+                break
+        assert threads[0][0] != "server" and threads[-2:] == [("server", 1), ("server", 1)], threads
+        assert len(threads) == len(vectors) and all(v == vectors[0] for v in vectors)
         big = c.post("/v1/embeddings", json={"model": "m", "input": "word " * 1000})  # over INLINE_BYTES: a hop
         assert big.status_code == 200 and threads[-1][0] != "server"
 
@@ -509,6 +511,11 @@ def test_a_lone_small_request_runs_on_the_event_loop(tmp_path):
                 return await srv.state.core.infer(pipe.model, pipe.plan, [f"query number {i}"], None)
             return await asyncio.gather(*(one(i) for i in range(n)))
 
+        def held(session, rows):              # forwards that take a while: the requests behind them wait, then batch
+            time.sleep(0.2)
+            return traced(session, rows)
+
+        sched.forward = held
         del threads[:]
         asyncio.run_coroutine_threadsafe(together(8), srv._loop).result(30)
         assert threads and all(name != "server" for name, _ in threads), threads
