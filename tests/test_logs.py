@@ -140,7 +140,7 @@ def test_grpc_request_id_through_metadata(tmp_path):
 def test_grpc_call_the_client_left_and_an_unexpected_error_are_told_apart(tmp_path, caplog):
     """A gRPC call whose client gave up (its deadline passed) is counted and logged CANCELLED, not OK; an unexpected
     exception answers INTERNAL "internal server error" (grpc.aio would send the exception's own text as UNKNOWN) and
-    is logged with its traceback."""
+    is logged with its traceback; on a stream it is that request's error message, and the stream goes on."""
     import asyncio
     import threading
 
@@ -183,6 +183,10 @@ def test_grpc_call_the_client_left_and_an_unexpected_error_are_told_apart(tmp_pa
         assert err.value.code() == grpc.StatusCode.INTERNAL and err.value.details() == "internal server error"
         assert str(tmp_path) not in err.value.details()
         assert any(r.exc_info and "gRPC ModelInfer failed" in r.getMessage() for r in caplog.records)
+        with caplog.at_level("ERROR", logger="rsinfer.server"):     # on a stream: an error message, the stream goes on
+            streamed = list(stub.ModelStreamInfer(iter([request, request]), timeout=10, metadata=auth))
+        assert [r.error_message for r in streamed] == ["internal server error"] * 2
+        assert any(r.exc_info and "gRPC ModelStreamInfer failed" in r.getMessage() for r in caplog.records)
         core.infer = infer
         assert stub.ModelInfer(request, timeout=10, metadata=auth).outputs[0].name == "Y"
         text = httpx.get(srv.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).text
@@ -191,6 +195,7 @@ def test_grpc_call_the_client_left_and_an_unexpected_error_are_told_apart(tmp_pa
                                    if ln.startswith("rsinfer_grpc_requests_total{") and 'method="ModelInfer"' in ln
                                    and f'code="{code}"' in ln), 0.0)]}
     assert counts == {"CANCELLED": 1.0, "INTERNAL": 1.0, "OK": 1.0}, counts
+    assert 'rsinfer_grpc_requests_total{code="INTERNAL",method="ModelStreamInfer"} 2.0' in text.splitlines()
 
 
 def test_memory_cache_bytes_with_worker_processes(tmp_path):

@@ -273,9 +273,14 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
                 code = code_for(exc)
                 yield pb.ModelStreamInferResponse(error_message=kserve_message(exc),
                                                   infer_response=pb.ModelInferResponse(id=request.id))
-            except Exception:
-                code = grpc.StatusCode.INTERNAL
+            except asyncio.CancelledError:     # the client closed the stream while this request ran
+                code = grpc.StatusCode.CANCELLED
                 raise
+            except Exception as exc:  # noqa: BLE001 - logged here; the client gets no exception text
+                code = grpc.StatusCode.INTERNAL
+                log.error("gRPC ModelStreamInfer failed: %s", exc, exc_info=True)
+                yield pb.ModelStreamInferResponse(error_message="internal server error",
+                                                  infer_response=pb.ModelInferResponse(id=request.id))
             finally:
                 self._observe("ModelStreamInfer", code, time.perf_counter() - t0)
 
