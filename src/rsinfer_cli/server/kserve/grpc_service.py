@@ -58,6 +58,16 @@ def code_for(exc: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+def failure(method: str, exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """A call's (or a stream request's) exception → its status code and the message its client gets: ours with
+    their text, anything else INTERNAL "internal server error" with the traceback in the log (grpc.aio itself would
+    send the exception's text as UNKNOWN)."""
+    if isinstance(exc, RsinferError):
+        return code_for(exc), kserve_message(exc)
+    log.error("gRPC %s failed: %s", method, exc, exc_info=True)
+    return grpc.StatusCode.INTERNAL, "internal server error"
+
+
 class Unauthenticated(RsinferError):
     pass
 
@@ -114,18 +124,14 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         except Unauthenticated as exc:
             code = grpc.StatusCode.UNAUTHENTICATED
             await context.abort(code, str(exc), trailing_metadata=echo)
-        except RsinferError as exc:
-            code = code_for(exc)
-            await context.abort(code, kserve_message(exc), trailing_metadata=echo)
         except asyncio.CancelledError:      # the client cancelled or went away, or its deadline passed
             code = grpc.StatusCode.CANCELLED
             raise
         except grpc.aio.AbortError:
             raise
-        except Exception as exc:  # noqa: BLE001 - grpc.aio would send the exception's text as UNKNOWN
-            code = grpc.StatusCode.INTERNAL
-            log.error("gRPC %s failed: %s", method, exc, exc_info=True)
-            await context.abort(code, "internal server error", trailing_metadata=echo)
+        except Exception as exc:  # noqa: BLE001 - every error becomes a status (failure)
+            code, message = failure(method, exc)
+            await context.abort(code, message, trailing_metadata=echo)
         finally:
             elapsed = time.perf_counter() - t0
             self._observe(method, code, elapsed)
@@ -269,17 +275,12 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             try:
                 response = await self._infer(request)
                 yield pb.ModelStreamInferResponse(infer_response=response)
-            except RsinferError as exc:
-                code = code_for(exc)
-                yield pb.ModelStreamInferResponse(error_message=kserve_message(exc),
-                                                  infer_response=pb.ModelInferResponse(id=request.id))
             except asyncio.CancelledError:     # the client closed the stream while this request ran
                 code = grpc.StatusCode.CANCELLED
                 raise
-            except Exception as exc:  # noqa: BLE001 - logged here; the client gets no exception text
-                code = grpc.StatusCode.INTERNAL
-                log.error("gRPC ModelStreamInfer failed: %s", exc, exc_info=True)
-                yield pb.ModelStreamInferResponse(error_message="internal server error",
+            except Exception as exc:  # noqa: BLE001 - that request's error message; the stream goes on
+                code, message = failure("ModelStreamInfer", exc)
+                yield pb.ModelStreamInferResponse(error_message=message,
                                                   infer_response=pb.ModelInferResponse(id=request.id))
             finally:
                 self._observe("ModelStreamInfer", code, time.perf_counter() - t0)
