@@ -198,11 +198,16 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         Only the first line of a write looks for the running loop (on Python 3.11 that look-up is a getpid() system
         call); the others join the write already due."""
         me = threading.get_ident()
-        with self.lock:   # type: ignore[union-attr]
+        lock = self.lock
+        assert lock is not None
+        lock.acquire()       # not `with`: see metrics._Hist.observe
+        try:
             self._pending.append(line)
             due = self._due
-            if due is not None and due[0] == me and due[1].is_running():
-                return       # this thread's loop writes them when that write is due
+        finally:
+            lock.release()
+        if due is not None and due[0] == me and due[1].is_running():
+            return       # this thread's loop writes them when that write is due
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
