@@ -25,7 +25,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -190,9 +189,8 @@ def main() -> int:
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
-    run: Callable[[tuple[str, str]], int] = lambda v: count(*v, args.requests)   # noqa: E731
     with ThreadPoolExecutor(args.jobs) as pool:
-        counts = dict(zip(VARIANTS, pool.map(run, VARIANTS.values()), strict=True))
+        counts = dict(zip(VARIANTS, pool.map(lambda v: count(*v, args.requests), VARIANTS.values()), strict=True))
     names = list(VARIANTS)
     harness = counts[names[0]]
     floor = counts[names[1]] - harness
