@@ -7,6 +7,7 @@ import base64
 import json
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -314,6 +315,67 @@ class TestOps:
         assert 'rsinfer_queue_depth{model="mini",version=""}' in text
         assert 'rsinfer_inference_seconds_count{model="mini",version=""}' in text
         assert 'rsinfer_batch_rows_bucket{le="1.0",model="mini",version=""}' in text
+
+
+
+class TestHistogram:
+    """rsinfer's own histograms (metrics.Family, values appended on the request's path and counted into buckets when
+    read) against prometheus_client's Histogram, the reference for the exposition."""
+
+    @staticmethod
+    def exposition(registry) -> list[str]:
+        from prometheus_client.exposition import generate_latest
+
+        return sorted(x for x in generate_latest(registry).decode().splitlines()
+                      if x.startswith("h_") and not x.startswith("h_created"))
+
+    def test_buckets_and_sum_as_prometheus_client_counts_them(self):
+        from prometheus_client import CollectorRegistry, Histogram
+
+        from rsinfer_cli.server.metrics import STAGE_BUCKETS, Family, _Hist
+
+        ours, theirs = CollectorRegistry(), CollectorRegistry()
+        fam = Family("histogram", "h", "doc", ["model"], ours, STAGE_BUCKETS)
+        ref = Histogram("h", "doc", ["model"], registry=theirs, buckets=STAGE_BUCKETS)
+        rng = np.random.default_rng(7)
+        # every bound exactly (a value equal to `le` is in that bucket), below and above them all, and random ones:
+        # 3 folds of a full list and a partial one left for the scrape to count
+        values = [*STAGE_BUCKETS, 0.0, 1e-9, 100.0, *(10 ** rng.uniform(-5, 2, 3 * _Hist.FOLD + 17)).tolist()]
+        for v in values:
+            fam.labels("m").observe(v)
+            ref.labels("m").observe(v)
+        assert len(fam.labels("m").pending) < _Hist.FOLD
+        mine, want = self.exposition(ours), self.exposition(theirs)
+        assert [x for x in mine if "_sum" not in x] == [x for x in want if "_sum" not in x]
+        (s1,), (s2,) = ([float(x.split()[-1]) for x in e if "_sum" in x] for e in (mine, want))
+        assert s1 == pytest.approx(s2, rel=1e-12)
+        assert f'h_count{{model="m"}} {float(len(values))}' in mine
+
+    def test_no_observation_lost_between_threads(self):
+        from rsinfer_cli.server.metrics import ROW_BUCKETS, _Hist
+
+        h = _Hist(ROW_BUCKETS)
+        per, n = 20_000, 4
+        start = threading.Barrier(n)
+
+        def observe(k: int) -> None:
+            start.wait(timeout=30)
+            for i in range(per):
+                h.observe(float((i + k) % 2048))
+
+        threads = [threading.Thread(target=observe, args=(k,)) for k in range(n)]
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)      # threads switch inside observe() and fold(), not once per 5 ms
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=60)
+        finally:
+            sys.setswitchinterval(interval)
+        counts, total = h.snapshot()
+        assert sum(counts) == per * n and not h.pending
+        assert total == sum(float((i + k) % 2048) for k in range(n) for i in range(per))
 
 
 class TestOpenAISdk:

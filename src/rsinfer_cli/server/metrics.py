@@ -6,10 +6,10 @@ import math
 import os
 import threading
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -48,7 +48,9 @@ class _Count:
         self.lock = threading.Lock()
 
     def inc(self, amount: float = 1.0) -> None:
-        lock = self.lock      # acquire/release, not `with`: see _Hist.observe
+        # acquire/release in try/finally rather than `with self.lock`: on CPython 3.11 `with` looks up and calls
+        # __enter__/__exit__(None, None, None), 222 ns against 72 ns for the pair (timeit)
+        lock = self.lock
         lock.acquire()
         try:
             self.value += amount
@@ -57,34 +59,56 @@ class _Count:
 
 
 class _Hist:
-    __slots__ = ("bounds", "counts", "total", "lock")
+    """One labelled histogram's values. observe() only appends the value to a list: one C call, atomic under the
+    GIL (and under free-threading's per-object locks), no lock and no bisect on the request's path. The buckets and
+    the sum are counted from that list in one numpy pass when it holds FOLD values or when somebody reads them
+    (`snapshot`: a scrape, a flush), so memory stays bounded on a server nobody scrapes. Measured with timeit:
+    344 ns an observation with a lock and a bisect, 77 ns appended; a small request makes 7-9 of them."""
+
+    __slots__ = ("bounds", "counts", "total", "pending", "lock")
+    FOLD = 1024
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)      # the last: above every bound (+Inf)
         self.total = 0.0
-        self.lock = threading.Lock()
+        self.pending: list[float] = []
+        self.lock = threading.Lock()              # one fold at a time
 
     def observe(self, value: float) -> None:
-        i = bisect_left(self.bounds, value)          # the first bucket whose `le` holds the value
-        # acquire/release in try/finally rather than `with self.lock`: on CPython 3.11 `with` looks up and calls
-        # __enter__/__exit__(None, None, None), 222 ns against 72 ns for the pair (timeit), and a small request
-        # makes 7-8 observations
-        lock = self.lock
-        lock.acquire()
-        try:
-            self.counts[i] += 1
-            self.total += value
-        finally:
-            lock.release()
+        pending = self.pending
+        pending.append(value)
+        if len(pending) >= self.FOLD:
+            self.fold()
+
+    def fold(self) -> None:
+        """The pending values into the buckets and the sum. Only the first n values are taken and deleted (one
+        `del` of a slice), so a value another thread appends meanwhile stays for the next fold."""
+        with self.lock:
+            pending = self.pending
+            n = len(pending)
+            if not n:
+                return
+            values = np.array(pending[:n], dtype=np.float64)
+            del pending[:n]
+            # searchsorted(side="left") is bisect_left: the first bucket whose `le` holds the value
+            added = np.bincount(np.searchsorted(self.bounds, values, side="left"), minlength=len(self.counts))
+            self.counts = [a + b for a, b in zip(self.counts, added.tolist(), strict=True)]
+            self.total += float(values.sum())
+
+    def snapshot(self) -> tuple[list[int], float]:
+        """(count per bucket, sum) of every value observed so far."""
+        self.fold()
+        with self.lock:
+            return list(self.counts), self.total
 
 
 class Family:
-    """A labelled counter or histogram of one process, at a fraction of prometheus_client's cost per observation:
-    one lock and a bisect (prometheus_client: a lock for the sum, a linear scan and a lock for the bucket, plus its
-    checks), exposed by the same text format at scrape time. prometheus_client's own metrics stay where its
-    multiprocess mode is needed (worker processes). Measured: ~2 µs -> ~0.5 µs per observation; a small request
-    makes 5-7 of them."""
+    """A labelled counter or histogram of one process, at a fraction of prometheus_client's cost per observation
+    (prometheus_client: a lock for the sum, a linear scan and a lock for the bucket, plus its checks; here a lock
+    for a counter, an append for a histogram: `_Hist`), exposed by the same text format at scrape time.
+    prometheus_client's own metrics stay where its multiprocess mode is needed (worker processes). Measured: ~2 µs
+    an observation with prometheus_client, 77 ns appended."""
 
     def __init__(self, kind: str, name: str, doc: str, labelnames: Sequence[str], registry: CollectorRegistry,
                  buckets: Sequence[float] = (), mirror: Any = None) -> None:
@@ -106,8 +130,7 @@ class Family:
         if self.mirror is None:
             return
         for key, child in list(self._children.items()):
-            with child.lock:
-                now = (list(child.counts), child.total) if self.kind == "histogram" else ([], child.value)
+            now = child.snapshot() if self.kind == "histogram" else ([], child.value)
             before_counts, before_total = self._flushed.get(key, ([0] * len(now[0]), 0.0))
             target = self.mirror.labels(*key)
             if self.kind == "counter":
@@ -139,8 +162,7 @@ class Family:
             return [family]
         family = HistogramMetricFamily(self.name, self.doc, labels=self._labelnames)
         for key, h in list(self._children.items()):
-            with h.lock:
-                counts, total = list(h.counts), h.total
+            counts, total = h.snapshot()
             cumulative, acc = [], 0
             for bound, n in zip([*h.bounds, math.inf], counts, strict=True):
                 acc += n
