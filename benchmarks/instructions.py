@@ -35,6 +35,7 @@ from http_floor import ADD, SERVER
 from overhead import kserve_json
 
 WARM = 300
+VALGRIND_SLOWDOWN = 1000     # > callgrind's slow-down of Python (~50-100x)
 VARIANTS = {     # row → (server, what is patched out of rsinfer)
     "harness alone (taken off every row)": ("empty", ""),
     "aiohttp request.json()+run (the floor)": ("floor", ""),
@@ -98,6 +99,7 @@ def rsinfer_app(without: str) -> Any:
     """rsinfer's app as `rsinfer serve` builds it, on add_one with the defaults, its log on a stderr that goes
     nowhere (as journald would take it), one feature patched out when `without` names it."""
     from rsinfer_cli.config import parse_config
+    from rsinfer_cli.engine import scheduler
     from rsinfer_cli.engine.registry import Registry
     from rsinfer_cli.runtime import Runtime
     from rsinfer_cli.server import app as server_app
@@ -118,6 +120,12 @@ def rsinfer_app(without: str) -> Any:
             return work.finish(self.pipelines[model.key].forward(model.sessions[0], work.rows))
 
         Inference.infer = bare      # type: ignore[method-assign]
+    # the scheduler picks a request's path from the wall time of the model's forwards: add_one's take ~10 µs, under
+    # `INLINE_FORWARD_S` (run on the event loop, as `rsinfer serve` runs them), but valgrind makes them ~50x
+    # slower, which would send every request to a worker thread. Its thresholds are scaled by the same kind of
+    # factor (constants: no instruction of a request changes), and `child` checks the path after the count
+    scheduler.INLINE_FORWARD_S *= VALGRIND_SLOWDOWN
+    scheduler.LONE_FORWARD_S *= VALGRIND_SLOWDOWN
     cfg = parse_config({"models": [{"name": "add", "kind": "tensor", "path": str(ADD)}]})
     registry = Registry.load(cfg)
 
@@ -161,6 +169,15 @@ def child(server: str, without: str, n: int) -> None:
     for i in range(WARM):
         step(i)
     sorted(range(n), key=step)
+    if server == "rsinfer" and without != "core":
+        from rsinfer_cli.engine.scheduler import INLINE_FORWARD_S
+        from rsinfer_cli.server.routes.common import STATE
+
+        (queue,) = app[STATE].runtime.queues.values()   # its forwards measured tiny: each ran on the loop
+        if not (queue.now() and queue._forward_s < INLINE_FORWARD_S):
+            print("rsinfer's requests did not run on the event loop as `rsinfer serve` runs add_one's: the count is "
+                  "not the served path's", flush=True)      # (stderr went to /dev/null with the log)
+            raise SystemExit(1)
 
 
 def count(server: str, without: str, n: int) -> int:
@@ -172,7 +189,7 @@ def count(server: str, without: str, n: int) -> int:
                                f"--callgrind-out-file={out}", sys.executable, __file__, "--child", server,
                                without, str(n)], capture_output=True, text=True, env=env, timeout=1800)
         if proc.returncode != 0:
-            raise SystemExit(f"{server} {without}: valgrind failed\n{proc.stderr[-2000:]}")
+            raise SystemExit(f"{server} {without}: valgrind failed\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
         found = re.search(r"^summary:\s+(\d+)", out.read_text(), flags=re.M)
         assert found is not None, "callgrind wrote no summary"
         return int(found.group(1)) // n
