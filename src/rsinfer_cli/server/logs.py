@@ -200,7 +200,7 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         me = threading.get_ident()
         lock = self.lock
         assert lock is not None
-        lock.acquire()       # not `with`: see metrics._Hist.observe
+        lock.acquire()       # not `with`: see metrics._Count.inc
         try:
             self._pending.append(line)
             due = self._due
