@@ -148,9 +148,14 @@ def child(server: str, without: str, n: int) -> None:
             loop.run_until_complete(asyncio.sleep(0))
             return i
     else:
-        app = floor_app() if server == "floor" else rsinfer_app(without)
-        runner = web.AppRunner(app, access_log=None)
-        loop.run_until_complete(runner.setup())
+        if server == "floor":      # as http_floor.py's server sets it up
+            runner = web.AppRunner(floor_app(), access_log=None)
+            loop.run_until_complete(runner.setup())
+        else:                      # as `rsinfer serve` does (its request dispatch, handler cancellation)
+            from rsinfer_cli.server.run import app_runner
+
+            app = rsinfer_app(without)
+            runner = loop.run_until_complete(app_runner(app, 5.0))
         sink = Sink()
 
         async def connect() -> Any:

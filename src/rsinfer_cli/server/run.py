@@ -27,17 +27,23 @@ log = logging.getLogger("rsinfer.server")
 T = TypeVar("T")
 
 
+async def app_runner(app: web.Application, drain_s: float) -> web.AppRunner:
+    """The runner every request of `app` goes through, set up (what benchmarks/instructions.py counts, too)."""
+    # handler_cancellation: a client that leaves cancels its handler, and so its queued rows and forwards
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=drain_s,
+                           handler_cancellation=True)
+    await runner.setup()
+    install(runner)        # the routes' answers remembered: no router walk for a path served before
+    return runner
+
+
 async def serve_app(app: web.Application, host: str, port: int, drain_s: float, notifier: Notifier, *,
                     reuse_port: bool = False, announce: bool = True,
                     started: Callable[[asyncio.Event], None] | None = None) -> None:
     """Bind HTTP (and gRPC), serve until SIGTERM/SIGINT (or until `started`'s hook sets the stop event), then
     drain; SIGHUP reloads the config file (`announce`: the one-process server; a front-end process ignores it, its
     supervisor reloads). `reuse_port`: front-end processes share the listening ports (SO_REUSEPORT)."""
-    # handler_cancellation: a client that leaves cancels its handler, and so its queued rows and forwards
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=drain_s,
-                           handler_cancellation=True)
-    await runner.setup()
-    install(runner)        # the routes' answers remembered: no router walk for a path served before
+    runner = await app_runner(app, drain_s)
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_port=reuse_port or None)
     try:
         await site.start()
