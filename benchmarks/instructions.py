@@ -220,7 +220,10 @@ def main() -> int:
     lines = ["", "## Instructions per request (`instructions.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/instructions.py` (valgrind's callgrind, "
              f"{args.requests} KServe JSON add_one requests per row after a warm-up of {WARM}, the whole HTTP path "
-             "in-process with no socket; user-space instructions, the harness's own taken off).", "",
+             "in-process with no socket; user-space instructions, the harness's own taken off). rsinfer is counted "
+             "on the path `rsinfer serve` takes: behind its runner (routes remembered, no router walk) and, add_one's "
+             "forwards being tiny, each request run on the event loop (the process checks it after the count: "
+             "under valgrind the forwards' wall time alone would send them to a worker thread).", "",
              "| server | instructions per request | x the floor | rsinfer's feature costs |", "|---|---|---|---|"]
     for name in names[1:]:
         n = counts[name] - harness
