@@ -111,7 +111,7 @@ def rsinfer_app(without: str) -> Any:
     if without == "histograms":
         metrics._Hist.observe = lambda self, value: None      # type: ignore[method-assign]
     elif without == "timing":
-        server_app.timing_headers = lambda stats, total_s: {}
+        server_app.timing_headers = lambda headers, stats, total_s: None
     elif without == "core":      # no queue, lanes, timing record or request metrics: what the pipeline itself does
         from rsinfer_cli.pipelines.infer import Inference
 

@@ -7,12 +7,13 @@ import hmac
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web, web_response
 from aiohttp.typedefs import Middleware
+from multidict import istr
 
 from .. import families
 from ..config import Config
@@ -142,13 +143,10 @@ def front(config: Config, metrics: Metrics, limiter: RateLimiter | None = None, 
             if limit_headers is not None:
                 headers.update(limit_headers)
             if stats.cache is not None:
-                headers["x-rsinfer-cache"] = stats.cache
+                headers[X_CACHE] = stats.cache
             if stats.model is not None and not response.prepared:
-                extra = timing_headers(stats, time.perf_counter() - t0)
-                extra["x-request-id"] = rid
-                headers.update(extra)      # one update of the multidict for all of them
-            else:
-                headers["x-request-id"] = rid
+                timing_headers(headers, stats, time.perf_counter() - t0)
+            headers[X_REQUEST_ID] = rid
             return response
         finally:
             metrics.leave()
@@ -223,18 +221,25 @@ def _access_line(request: web.Request, route: str, status: int, elapsed: float, 
     log_access(f"{method} {route} {status} {elapsed * 1000:.1f}ms", fields)
 
 
-def timing_headers(stats: RequestRecord, total_s: float) -> dict[str, str]:
-    """TEI's timing headers (milliseconds) from the request's one record: the same numbers as its log line, its
-    spans and the metrics. Queue and inference times are the engine's, absent in a front-end process."""
-    out = {"x-compute-time": f"{total_s * 1000:.3f}"}
+# the headers every answer may carry, as multidict's case-insensitive strings made once: an item set with an istr
+# name does not fold its case again (5 headers: 0.21 µs set one by one, 0.63 µs through update() with a dict of str;
+# timeit, multidict 7.2)
+X_REQUEST_ID, X_CACHE = istr("x-request-id"), istr("x-rsinfer-cache")
+X_COMPUTE, X_TOKENIZE, X_QUEUE, X_INFERENCE = (istr("x-compute-time"), istr("x-tokenization-time"),
+                                               istr("x-queue-time"), istr("x-inference-time"))
+
+
+def timing_headers(headers: MutableMapping[str, str], stats: RequestRecord, total_s: float) -> None:
+    """TEI's timing headers (milliseconds) from the request's one record, set in `headers`: the same numbers as its
+    log line, its spans and the metrics. Queue and inference times are the engine's, absent in a front-end process."""
+    headers[X_COMPUTE] = f"{total_s * 1000:.3f}"
     tok = stats.t_tokenize
     if tok:
-        out["x-tokenization-time"] = f"{(tok[1] - tok[0]) * 1000:.3f}"
+        headers[X_TOKENIZE] = f"{(tok[1] - tok[0]) * 1000:.3f}"
     if stats.queue_ms is not None:
-        out["x-queue-time"] = f"{stats.queue_ms:.3f}"
+        headers[X_QUEUE] = f"{stats.queue_ms:.3f}"
     if stats.inference_ms is not None:
-        out["x-inference-time"] = f"{stats.inference_ms:.3f}"
-    return out
+        headers[X_INFERENCE] = f"{stats.inference_ms:.3f}"
 
 
 def rate_limiter(config: Config) -> RateLimiter | None:
