@@ -631,12 +631,7 @@ class Scheduler:
         observer = self.observer
         if observer is not None:
             observer.waited(0.0)
-        if lone:
-            session = self._take(wide=True)
-        else:                               # a narrow lane, as in _run_here (_take's, written out)
-            if self.budget is not None:
-                self.budget.take(self.cost)
-            session = self._idle.pop()
+        session = self._take(wide=lone)     # else a narrow lane, as in _run_here
         self.running += 1
         t0 = time.perf_counter()
         try:
@@ -649,12 +644,7 @@ class Scheduler:
             self._lone_took(t1 - t0, costs[0])
         if observer is not None:
             observer.forward(1, costs[0], t1 - t0)
-        record = REQUEST_RECORD.get()        # _record's work, written out: a call less on the shortest path
-        if record is not None:
-            record.queue_ms = record.queue_ms or 0.0
-            record.inference_ms = (record.inference_ms or 0.0) + (t1 - t0) * 1000
-            record.t_queue = (t0, t0)
-            record.t_forward = (t0, t1)
+        _record(t0, t0, t1 - t0, (t0, t1))
         return out
 
     def _run_here(self, fn: Callable[[Runner], T]) -> T:

@@ -92,29 +92,10 @@ class Inference:
                 result: R = await self._cached(model, pipe, queue, _stamped(plan, stats), args, kwargs)
                 ok = True
                 return result
-            if queue.now():      # the common small request of a tiny model: _planned, _finish and _observed's work
-                t_plan = time.perf_counter()     # written out (a call each is a measurable share of it)
-                try:
-                    work = plan(*args, **kwargs)
-                finally:
-                    t_run = time.perf_counter()
-                    if stats is not None:
-                        stats.t_tokenize = (t_plan, t_run)
-                outputs = queue.run_now(work.rows, work.costs)
-                t_post = time.perf_counter()
-                try:
-                    result = work.finish(outputs)
-                finally:
-                    if stats is not None:
-                        stats.postprocess_ms = (stats.postprocess_ms or 0.0) + (time.perf_counter() - t_post) * 1000
-                timing = work.timing
-                if stats is not None:
-                    stats.rows = (stats.rows or 0) + timing.rows
-                config = model.config
-                self.observer.observe_request(config.name, config.version or "", timing)
-                ok = True
-                return result
-            if stats is not None and stats.body_bytes is not None and stats.body_bytes <= INLINE_BYTES \
+            if queue.now():
+                work = _planned(plan, stats, args, kwargs)
+                result = _finish(work, queue.run_now(work.rows, work.costs), stats)
+            elif stats is not None and stats.body_bytes is not None and stats.body_bytes <= INLINE_BYTES \
                     and queue.lone() and await self._still_alone(queue):
                 work = _planned(plan, stats, args, kwargs)     # a small body: tokenized here, then
                 if queue.lone(len(work.rows), work.costs[0] if work.rows else 0):   # one short row: its forward too
@@ -157,7 +138,7 @@ class Inference:
                 busy[ident] = n
             else:
                 del busy[ident]
-            config = model.config      # (its name and version: not the properties, a call each)
+            config = model.config      # (as in _observed)
             self.observer.outcome(config.name, config.version or "", ok, time.perf_counter() - t0, stats)
 
     async def _still_alone(self, queue: ModelQueue) -> bool:
@@ -213,7 +194,8 @@ class Inference:
         return result
 
     def _observed(self, model: LoadedModel, timing: Timing, stats: RequestRecord | None) -> None:
-        self.observer.observe_request(model.name, model.version or "", timing)
+        config = model.config      # its name and version: not the properties, a call each
+        self.observer.observe_request(config.name, config.version or "", timing)
         if stats is not None:
             stats.rows = (stats.rows or 0) + timing.rows
 
