@@ -317,7 +317,6 @@ class TestOps:
         assert 'rsinfer_batch_rows_bucket{le="1.0",model="mini",version=""}' in text
 
 
-
 class TestHistogram:
     """rsinfer's own histograms (metrics.Family, values appended on the request's path and counted into buckets when
     read) against prometheus_client's Histogram, the reference for the exposition."""
