@@ -120,12 +120,13 @@ def rsinfer_app(without: str) -> Any:
             return work.finish(self.pipelines[model.key].forward(model.sessions[0], work.rows))
 
         Inference.infer = bare      # type: ignore[method-assign]
-    # the scheduler picks a request's path from the wall time of the model's forwards: add_one's take ~10 µs, under
+    # the scheduler picks a request's path from the time of the model's forwards: add_one's take ~10 µs, under
     # `INLINE_FORWARD_S` (run on the event loop, as `rsinfer serve` runs them), but valgrind makes them ~50x
     # slower, which would send every request to a worker thread. Its thresholds are scaled by the same kind of
     # factor (constants: no instruction of a request changes), and `child` checks the path after the count
     scheduler.INLINE_FORWARD_S *= VALGRIND_SLOWDOWN
     scheduler.LONE_FORWARD_S *= VALGRIND_SLOWDOWN
+    scheduler.SPIKE_S *= VALGRIND_SLOWDOWN
     cfg = parse_config({"models": [{"name": "add", "kind": "tensor", "path": str(ADD)}]})
     registry = Registry.load(cfg)
 

@@ -590,6 +590,93 @@ class TestInlineForwards:
 
         asyncio.run(asyncio.wait_for(main(), 20))
 
+    def test_a_model_judged_by_its_cpu_time_stays_on_the_loop_through_waits(self):
+        """A model whose forwards compute on their caller's thread (`cpu_clock`) is judged by that thread's CPU
+        time: forwards on the loop that wait without computing (the thread preempted, or waiting for the GIL) keep
+        it there however long they take, as does one forward that computes 2 ms; forwards that all compute 2 ms take
+        it off within a few, and fast ones on worker threads bring it back within a few (no probe on the loop to
+        wait for, whose one wall time could fail it and double the wait, up to 4,096 forwards). On the loop the
+        clock is read on every CLOCK_EVERY-th forward, not on each."""
+        import threading
+        import time as _time
+        import types
+
+        from rsinfer_cli.engine import scheduler as sched
+
+        loop_thread = threading.get_ident()
+        mode = ["fast"]
+        reads = [0]
+
+        def thread_time() -> float:
+            reads[0] += threading.get_ident() == loop_thread
+            return _time.thread_time()
+
+        def forward(session, rows):
+            if mode[0] == "waits":
+                _time.sleep(0.002)                     # 2 ms of wall time, no CPU
+            elif mode[0] == "computes":
+                end = _time.thread_time() + 0.002      # 2 ms of CPU
+                while _time.thread_time() < end:
+                    pass
+            return [threading.get_ident() == loop_thread for _ in rows]
+
+        async def run(s, n):
+            return [await s.run(lambda runner: runner.forward(["r"], [1])[0]) for _ in range(n)]
+
+        async def run_now(s, n):
+            return [s.run_now(["r"], [1])[0] for _ in range(n)]
+
+        async def main():
+            s = Scheduler("m", ["s1"], forward, EXECUTOR, batching=False, max_rows=8, max_tokens=512, max_queue=4,
+                          queue_timeout_s=5, cpu_clock=True)
+            first = await run(s, sched.INLINE_AFTER)
+            assert not any(first)                                # measured on worker threads first
+            assert all(await run(s, 8))                          # then on the loop: no probe needed
+            reads[0] = 0
+            assert all(await run_now(s, 4 * sched.CLOCK_EVERY))
+            assert reads[0] == 2 * 4                             # one forward in CLOCK_EVERY read, both ends
+            mode[0] = "waits"
+            assert all(await run(s, 40))                         # 2 ms each on the loop, none of it CPU: stays
+            mode[0] = "computes"
+            assert all(await run(s, 2))                          # one spike (unread, then read): a bounded step
+            mode[0] = "fast"
+            assert all(await run(s, 20))
+            mode[0] = "computes"
+            busy = await run(s, 20)
+            assert 3 <= busy.index(False) <= 10 and not any(busy[10:])   # every one 2 ms of CPU: off within a few
+            await settled(s)
+            mode[0] = "fast"
+            back = await run(s, 12)
+            assert not back[0] and back[-1]     # worker threads' CPU says tiny again: the loop within a few forwards,
+            assert back.index(True) <= 8        # no probe awaited (a wall-judged model waits 32 forwards for one)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sched, "time", types.SimpleNamespace(perf_counter=_time.perf_counter, thread_time=thread_time))
+            asyncio.run(asyncio.wait_for(main(), 20))
+
+    def test_cpu_clock_for_models_that_compute_on_their_callers_thread(self, tmp_path):
+        """A planned CPU model (narrow lanes of one intra-op thread) and one of `intra_threads: 1` are judged by
+        their CPU time; one of two intra-op threads, or a script model (its forward runs in another process), by
+        wall time."""
+        import types
+
+        from rsinfer_cli.runtime import Runtime
+        from rsinfer_cli.server.metrics import Metrics
+
+        root = synth.write_model_dir(tmp_path / "m")
+        cfg = parse_config({"models": [
+            {"name": "planned", "kind": "embedding", "path": str(root)},
+            {"name": "one", "kind": "embedding", "path": str(root), "replicas": 2, "intra_threads": 1},
+            {"name": "two", "kind": "embedding", "path": str(root), "replicas": 1, "intra_threads": 2}]})
+        queues = Runtime(cfg, Registry.load(cfg), Metrics()).queues
+        assert {k: q.cpu_clock for k, q in queues.items()} == {"planned": True, "one": True, "two": False}
+        script = types.SimpleNamespace(threads=types.SimpleNamespace(budgeted=False, threads=1), sessions=["p"],
+                                       wide=None, on_cpu=True, backend="python")
+        pipe = types.SimpleNamespace(forward=lambda s, rows: rows, batching=False, max_rows=8, max_tokens=512,
+                                     max_padding=None)
+        s = Scheduler.for_model("s", script, pipe, EXECUTOR, queue_rows=64, max_queue=4, queue_timeout_ms=1000)
+        assert not s.cpu_clock
+
 
 def test_enqueue_answers_by_callback_and_abandons():
     """Scheduler.enqueue (the engine process's path: no task per request): done(outputs, None) with the outputs in

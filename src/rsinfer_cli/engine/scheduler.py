@@ -93,15 +93,24 @@ class ModelQueue(Protocol):
     def stop(self) -> None: ...
 
 
-# a model whose forwards average less than this (wall time on the loop) runs them there: a hop to a worker thread
-# and back cost ~270 µs of CPU under load (KServe add_one, 64 clients: 490 vs 220 µs a request on 2 cores)
+# a model whose forwards average less than this runs them on the event loop: a hop to a worker thread and back cost
+# ~270 µs of CPU under load (KServe add_one, 64 clients: 490 vs 220 µs a request on 2 cores)
 INLINE_FORWARD_S = 100e-6
-# a forward on the loop counts at most this much in that average: the wall time of one that returns while another
-# thread holds the GIL (grpc.aio's poller, under gRPC load: add_one's forwards take 8 µs, 30 at the median, 81 at
-# p99 and up to 440 µs) includes the wait for it, and one such spike used to move the average over the line, then
-# the model ran on worker threads - a hop each - until a probe, itself as likely to meet a spike, said otherwise
-SPIKE_S = 2 * INLINE_FORWARD_S
 INLINE_AFTER = 16           # forwards measured (on worker threads) before that is decided
+# one forward counts at most this much in that average: one spike (the thread preempted, a wait for the GIL, a cold
+# cache: add_one's 5 µs forward read up to 330 µs of CPU and 440 µs of wall time on the loop) moves it by a bounded
+# step, and a model whose every forward is slow still crosses the line within a few
+SPIKE_S = 2 * INLINE_FORWARD_S
+# what is averaged: a model whose forwards compute on the thread that calls them (the CPU provider with one intra-op
+# thread: `cpu_clock`, every planned CPU model) by that thread's CPU time wherever they run. A forward's wall time on
+# the loop also counts the thread's preemption and its waits for the GIL: under gRPC on 2 CPUs (a client, grpc's own
+# threads) add_one's forwards read 30 µs at the median and many over 100, and one client's model went back and forth
+# between the loop and the threads. On the loop the clock is read on every CLOCK_EVERY-th forward and on those after a
+# forward whose wall or CPU time crossed INLINE_FORWARD_S (a system call at each end, ~0.5 µs); the others count
+# their wall time, which is at least their CPU time
+CLOCK_EVERY = 16
+# any other model (more intra-op threads, a device, a script's process) by wall time, with a probe on the loop now and
+# then when its CPU time on worker threads says tiny
 PROBE_GAP = (32, 4096)      # forwards between two probes on the loop: the first gap, the longest after failures
 # a lone row runs on the latency lane on the loop's thread when its forward should take at most this (its tokens times
 # the lane's one-row seconds per token, which overestimates a longer row than those measured): the loop is held no
@@ -202,14 +211,14 @@ class Runner:
             self.span = (self.span or (t0, t1))[0], t1
         if self._observer is not None:
             self._observer.forward(len(rows), len(rows) * max(costs, default=1), t1 - t0)
-        self.took, self.took_cpu = t1 - t0, (c1 - c0) if cpu else t1 - t0
+        self.took, self.took_cpu = t1 - t0, (c1 - c0) if cpu else None
         self.took_cost = costs[0] if len(rows) == 1 else None
         return out
 
-    took = 0.0      # the last forward's seconds, and its CPU seconds on this thread: the scheduler learns from them
-    took_cpu = 0.0  # whether this model's forwards are tiny
+    took = 0.0      # the last forward's seconds, and its CPU seconds on this thread (None: not read): the scheduler
+    took_cpu: float | None = None   # learns from them whether this model's forwards are tiny
     took_cost: int | None = None    # (and, of one row, its cost: the latency lane learns its seconds per token)
-    on_thread = True    # measure the CPU too (a worker thread's wall time counts its wait for the GIL; the loop's not)
+    on_thread = True    # read the thread's CPU clock too (a worker thread's wall time counts its wait for the GIL)
     spent = 0.0     # without a job (run here, at once): the forwards' seconds, and the first start to the last end
     span: tuple[float, float] | None = None
 
@@ -251,7 +260,7 @@ class Scheduler:
                  batching: bool, max_rows: int, max_tokens: int, max_padding: int | None = None,
                  queue_rows: int = 1024, max_queue: int = 256, queue_timeout_s: float = 30.0,
                  observer: Observer | None = None, wide: Session | None = None, budget: CpuBudget | None = None,
-                 cost: int = 1) -> None:
+                 cost: int = 1, cpu_clock: bool = False) -> None:
         if not sessions:
             raise ValueError("a scheduler needs at least one session")
         self.name = name
@@ -259,6 +268,7 @@ class Scheduler:
         self.wide = wide
         self.budget = budget if budget is not None or wide is None else CpuBudget(len(sessions))
         self.cost = cost
+        self.cpu_clock = cpu_clock      # a forward's CPU time on its calling thread is its cost (CLOCK_EVERY)
         self.forward = forward
         self.executor = executor
         self.batching = batching
@@ -278,13 +288,16 @@ class Scheduler:
         # a running mean of the direct forwards' time: a request whose forward takes a few µs (a small tensor
         # graph) is run on the event loop itself, since handing it to a worker thread and back costs more CPU than
         # the forward (benchmarks/overhead.py); anything slower keeps the thread hop, and the loop stays free
-        self._forward_s = 1.0         # the forwards' wall seconds (EWMA): on the loop, or before any try there
+        # the forwards' seconds (EWMA) that decide whether they run on the loop: their CPU time for a cpu_clock
+        # model, else their wall time (on the loop, or before any try there; SPIKE_S)
+        self._forward_s = 1.0
         self._cpu_s = 1.0             # their CPU seconds on the thread that ran them (EWMA)
         self._forwards = 0
         self._probing = False
         self._ran_here = False
         self._probe_gap = PROBE_GAP[0]
         self._next_probe = INLINE_AFTER
+        self._clock_due = 0           # cpu_clock: forwards on the loop until the next one whose CPU time is read
         self._loop_thread = 0
         self._lone_s = math.inf       # the latency lane's one-row forwards' wall seconds per token (EWMA); unknown
 
@@ -296,11 +309,12 @@ class Scheduler:
         admission limits; a planned CPU model takes its CPUs from `budget`. `forward` replaces the pipeline's (the
         engine process tags rows with the front end they came from)."""
         planned = model.threads.budgeted
+        on_caller = model.backend == "onnx" and model.on_cpu and model.threads.threads == 1
         return cls(key, model.sessions, forward or pipe.forward, executor, batching=pipe.batching,
                    max_rows=pipe.max_rows, max_tokens=pipe.max_tokens, max_padding=pipe.max_padding,
                    queue_rows=queue_rows, max_queue=max_queue, queue_timeout_s=queue_timeout_ms / 1000,
                    observer=observer, wide=model.wide, budget=budget if planned else None,
-                   cost=model.threads.threads)
+                   cost=model.threads.threads, cpu_clock=on_caller)
 
     # ------------------------------------------------------------ lifetime and state
 
@@ -513,7 +527,7 @@ class Scheduler:
                 tiny = self._tiny()
                 session = self._take(wide=not tiny and not queue and self._alone())
                 arg = (head, Runner(session, self.forward, self.observer, head))
-                arg[1].on_thread = not tiny
+                arg[1].on_thread = not tiny or self._clock_now()
                 if tiny:
                     self._inline(session, arg)
                 else:
@@ -633,13 +647,15 @@ class Scheduler:
             observer.waited(0.0)
         session = self._take(wide=lone)     # else a narrow lane, as in _run_here
         self.running += 1
-        t0 = time.perf_counter()
+        clock = lone or self.cpu_clock and self._clock_due <= 0     # (_clock_now(), written out)
+        t0, c0 = time.perf_counter(), time.thread_time() if clock else 0.0
         try:
             out = self.forward(session, rows)
         finally:
             t1 = time.perf_counter()
+            cpu = time.thread_time() - c0 if clock else None
             self._give_back(session)
-        self._took(t1 - t0, t1 - t0, True)
+        self._took(t1 - t0, cpu, True)
         if lone:
             self._lone_took(t1 - t0, costs[0])
         if observer is not None:
@@ -656,7 +672,7 @@ class Scheduler:
         session = self._take()      # a narrow lane: the latency lane's pool threads spin after each forward,
         self.running += 1           # CPU a forward of a few µs never pays back
         runner = Runner(session, self.forward, self.observer)
-        runner.on_thread = False
+        runner.on_thread = self._clock_now()
         try:
             return fn(runner)
         finally:
@@ -666,13 +682,15 @@ class Scheduler:
 
     def _tiny(self) -> bool:
         """This model's forwards take a few µs (measured): run them on the event loop, not a worker thread. A
-        forward whose CPU on its worker thread says tiny but whose wall time does not (the wait for the GIL a busy
-        loop holds counts in it, or a device that takes long) is tried on the loop now and then, with a longer
-        gap after each try that says no: the wall time of a forward on the loop is its own."""
+        model judged by wall time (not `cpu_clock`) whose CPU on its worker threads says tiny but whose wall time
+        does not (the wait for the GIL a busy loop holds counts in it, or a device that takes long) is tried on the
+        loop now and then, with a longer gap after each try that says no."""
         if self._forwards < INLINE_AFTER:
             return False
         if self._forward_s < INLINE_FORWARD_S:
             return True
+        if self.cpu_clock:       # its CPU time, wherever read, is its cost: nothing to try
+            return False
         if self._cpu_s < 2 * INLINE_FORWARD_S and self._forwards >= self._next_probe:
             self._probing = True
             return True
@@ -689,10 +707,28 @@ class Scheduler:
         per = wall / max(cost, 1)
         self._lone_s = per if self._lone_s == math.inf else self._lone_s + (per - self._lone_s) * 0.1
 
-    def _took(self, wall: float, cpu: float, here: bool) -> None:
-        """A forward's wall and CPU seconds; `here`: it ran on the event loop (its wall time is all its own)."""
+    def _clock_now(self) -> bool:
+        """Read the thread's CPU clock around the next forward on the loop (CLOCK_EVERY)."""
+        return self.cpu_clock and self._clock_due <= 0
+
+    def _took(self, wall: float, cpu: float | None, here: bool) -> None:
+        """A forward's wall seconds and its CPU seconds on the thread that ran it (None: not read; always read on
+        a worker thread); `here`: it ran on the event loop."""
         self._forwards += 1
         weight = 1.0 if self._forwards == 1 else 0.1
+        if self.cpu_clock:                   # the CPU time is the cost: one average for both decisions
+            if cpu is None:
+                if wall >= INLINE_FORWARD_S:  # preempted, a wait for the GIL, or slow: the next one's CPU says
+                    self._clock_due = 0
+                    return
+                cpu = wall                   # (at least its CPU time, and below the line)
+                self._clock_due -= 1
+            else:
+                self._clock_due = CLOCK_EVERY if cpu < INLINE_FORWARD_S else 0
+            self._cpu_s = self._forward_s = self._cpu_s + (min(cpu, SPIKE_S) - self._cpu_s) * weight
+            return
+        if cpu is None:                      # not read: on the loop (the wall time stands for it)
+            cpu = wall
         self._cpu_s += (cpu - self._cpu_s) * weight
         if self._probing and here:           # a try on the loop: a clean measurement, taken as it is
             self._probing = False
@@ -750,14 +786,15 @@ class Scheduler:
                 continue
             costs = [job.costs[i] for job, i in live]
             here = threading.get_ident() == self._loop_thread
-            t0, c0 = time.perf_counter(), 0.0 if here else time.thread_time()
+            clock = not here or self._clock_now()
+            t0, c0 = time.perf_counter(), time.thread_time() if clock else 0.0
             try:
                 outs = self.forward(session, [job.rows[i] for job, i in live])
             except Exception as exc:  # noqa: BLE001 - handed to exactly the requests with rows in it
                 self._post([(job, None, exc) for job in dict.fromkeys(job for job, _ in live)])
                 continue
             t1 = time.perf_counter()
-            self._took(t1 - t0, t1 - t0 if here else time.thread_time() - c0, here)
+            self._took(t1 - t0, time.thread_time() - c0 if clock else None, here)
             if len(live) == 1 and session is self.wide:
                 self._lone_took(t1 - t0, costs[0])
             for job in dict.fromkeys(job for job, _ in live):
