@@ -103,7 +103,7 @@ INLINE_AFTER = 16           # forwards measured (on worker threads) before that 
 SPIKE_S = 2 * INLINE_FORWARD_S
 # what is averaged: a model whose forwards compute on the thread that calls them (the CPU provider with one intra-op
 # thread: `cpu_clock`, every planned CPU model) by that thread's CPU time wherever they run. A forward's wall time on
-# the loop also counts the thread's preemption and its waits for the GIL: under gRPC on 2 CPUs (a client, grpc's own
+# the loop also counts the thread's preemption and its waits for the GIL: under gRPC load on 2 CPUs (clients, grpc's
 # threads) add_one's forwards read 30 µs at the median, 81 at p99, up to 440; judged by it, one client's calls ran on
 # worker threads for 3-100 % of a 5 s run, each back only after a probe on the loop whose one wall time, taken as it
 # is, could fail it and double the wait. On the loop the clock is read on every CLOCK_EVERY-th forward and on those
