@@ -1,13 +1,16 @@
 """What a KServe JSON request costs the server in CPU instructions, counted by valgrind: rsinfer beside the floor of
 `http_floor.py` (aiohttp, `request.json()`, the real `session.run` of add_one, `web.json_response`), and what each of
 rsinfer's per-request features adds - a count that does not drift with the machine the way CPU seconds under load do
-(1.5-2x within hours on a shared 2-core machine, where the features' few µs each stay inside the noise).
+(1.5-2x within hours on a shared 2-core machine, where the features' few µs each stay inside the noise). The same for
+a KServe gRPC call's handler: rsinfer's `ModelInfer` beside the servicer of `grpc_floor.py`'s `aio run`.
 
 Each server runs in a process of its own under `valgrind --tool=callgrind`, in-process: its aiohttp protocol is fed
 the request's bytes and writes to a transport that keeps nothing, so no socket or system call is counted, only the
 user-space work of one request (HTTP parse, route, handler, response). After a warm-up of 300 requests the measured
 requests run as the key function of `sorted()`, and callgrind counts only inside it (`--toggle-collect`). The
 harness's own cost per request (a bare turn of the event loop) is counted the same way and taken off every row.
+A gRPC call is counted from the decoded request on: the servicer's coroutine, run to its answer (grpc.aio's own
+Cython layer and C core around it are the same code for both servers and are not counted).
 
     .venv/bin/python benchmarks/instructions.py          # its section of benchmarks/RESULTS.md (needs valgrind)
 
@@ -31,6 +34,7 @@ from typing import Any
 
 from _serve import write_results
 from batching import ROOT, machine
+from grpc_floor import SERVER as GRPC_SERVER
 from http_floor import ADD, SERVER
 from overhead import kserve_json
 
@@ -44,6 +48,14 @@ VARIANTS = {     # row → (server, what is patched out of rsinfer)
     "rsinfer without its histograms": ("rsinfer", "histograms"),
     "rsinfer without the timing headers": ("rsinfer", "timing"),
     "rsinfer without the inference core (plan, one forward, answer called by the route)": ("rsinfer", "core"),
+}
+GRPC_VARIANTS = {     # the same for a gRPC call's handler
+    "harness alone (taken off every row)": ("grpc-empty", ""),
+    "grpc.aio servicer reading raw_input_contents, run, answer (the floor)": ("grpc-floor", ""),
+    "rsinfer's ModelInfer, the defaults": ("grpc-rsinfer", ""),
+    "rsinfer without the access line (log level warning)": ("grpc-rsinfer", "access"),
+    "rsinfer without its histograms": ("grpc-rsinfer", "histograms"),
+    "rsinfer without the inference core": ("grpc-rsinfer", "core"),
 }
 
 
@@ -93,6 +105,33 @@ def floor_app() -> Any:
     app = web.Application()
     app.router.add_post("/v2/models/{model}/infer", scope["infer"])
     return app
+
+
+def grpc_floor_answer() -> Any:
+    """grpc_floor.py's `aio run` servicer's ModelInfer, its `answer` taken from that script's text (not a copy)."""
+    scope: dict[str, Any] = {}
+    argv, sys.argv = sys.argv, ["floor", "aio-run", "0", str(ADD / "model.onnx")]
+    try:
+        exec(GRPC_SERVER.split('if mode.startswith("sync")')[0], scope)   # noqa: S102 - our own benchmark's text
+    finally:
+        sys.argv = argv
+    answer = scope["answer"]
+
+    async def model_infer(request: Any, context: Any) -> Any:     # as its servicer's ModelInfer
+        return answer(request, context)
+
+    return model_infer
+
+
+class CallContext:
+    """What a servicer reads and sets of a call's grpc.aio context: tritonclient's metadata, the trailing
+    metadata."""
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("user-agent", "grpc-python-asyncio/1.0"),)
+
+    def set_trailing_metadata(self, metadata: Any) -> None:
+        self.trailing = metadata
 
 
 def rsinfer_app(without: str) -> Any:
@@ -148,6 +187,8 @@ def child(server: str, without: str, n: int) -> None:
         def step(i: int) -> int:
             loop.run_until_complete(asyncio.sleep(0))
             return i
+    elif server.startswith("grpc-"):
+        step = grpc_step(loop, server, without)
     else:
         if server == "floor":      # as http_floor.py's server sets it up
             runner = web.AppRunner(floor_app(), access_log=None)
@@ -156,6 +197,7 @@ def child(server: str, without: str, n: int) -> None:
             from rsinfer_cli.server.run import app_runner
 
             app = rsinfer_app(without)
+            APP.append(app)
             runner = loop.run_until_complete(app_runner(app, 5.0))
         sink = Sink()
 
@@ -175,15 +217,50 @@ def child(server: str, without: str, n: int) -> None:
     for i in range(WARM):
         step(i)
     sorted(range(n), key=step)
-    if server == "rsinfer" and without != "core":
+    if server in ("rsinfer", "grpc-rsinfer") and without != "core":
         from rsinfer_cli.engine.scheduler import INLINE_FORWARD_S
         from rsinfer_cli.server.routes.common import STATE
 
-        (queue,) = app[STATE].runtime.queues.values()   # its forwards measured tiny: each ran on the loop
+        (queue,) = APP[0][STATE].runtime.queues.values()   # its forwards measured tiny: each ran on the loop
         if not (queue.now() and queue._forward_s < INLINE_FORWARD_S):
             print("rsinfer's requests did not run on the event loop as `rsinfer serve` runs add_one's: the count is "
                   "not the served path's", flush=True)      # (stderr went to /dev/null with the log)
             raise SystemExit(1)
+
+
+APP: list[Any] = []     # the rsinfer app a child counted (its path is checked after the count)
+
+
+def grpc_step(loop: asyncio.AbstractEventLoop, server: str, without: str) -> Any:
+    """One gRPC call's handler, run to its answer: tritonclient's request for add_one ([1, 4] FP32, raw contents)."""
+    import numpy as np
+
+    from rsinfer_cli.server.kserve import kserve_pb2 as pb
+
+    request = pb.ModelInferRequest(model_name="add")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 4])
+    request.raw_input_contents.append(np.array([1, 2, 3, 4], np.float32).tobytes())
+    context = CallContext()
+    if server == "grpc-empty":
+        async def handler(request: Any, context: Any) -> Any:
+            return None
+    elif server == "grpc-floor":
+        handler = grpc_floor_answer()
+    else:
+        from rsinfer_cli.server.kserve.grpc_service import KServeServicer
+        from rsinfer_cli.server.routes.common import STATE
+        from rsinfer_cli.server.run import app_runner
+
+        app = rsinfer_app(without)
+        APP.append(app)
+        loop.run_until_complete(app_runner(app, 5.0))      # started as `rsinfer serve` starts it, beside gRPC
+        handler = KServeServicer(app[STATE]).ModelInfer
+
+    def step(i: int) -> int:
+        loop.run_until_complete(handler(request, context))
+        return i
+
+    return step
 
 
 def count(server: str, without: str, n: int) -> int:
@@ -212,12 +289,11 @@ def main() -> int:
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
+    every = [*VARIANTS.values(), *GRPC_VARIANTS.values()]
     with ThreadPoolExecutor(args.jobs) as pool:
-        counts = dict(zip(VARIANTS, pool.map(lambda v: count(*v, args.requests), VARIANTS.values()), strict=True))
-    names = list(VARIANTS)
-    harness = counts[names[0]]
-    floor = counts[names[1]] - harness
-    defaults = counts[names[2]] - harness
+        found = list(pool.map(lambda v: count(*v, args.requests), every))
+    counts = dict(zip(VARIANTS, found[:len(VARIANTS)], strict=True))
+    grpc_counts = dict(zip(GRPC_VARIANTS, found[len(VARIANTS):], strict=True))
     lines = ["", "## Instructions per request (`instructions.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/instructions.py` (valgrind's callgrind, "
              f"{args.requests} KServe JSON add_one requests per row after a warm-up of {WARM}, the whole HTTP path "
@@ -225,15 +301,31 @@ def main() -> int:
              "on the path `rsinfer serve` takes: behind its runner (routes remembered, no router walk) and, add_one's "
              "forwards being tiny, each request run on the event loop (the process checks it after the count: "
              "under valgrind the forwards' wall time alone would send them to a worker thread).", "",
-             "| server | instructions per request | x the floor | rsinfer's feature costs |", "|---|---|---|---|"]
+             *table(counts, "server", "request"), "",
+             f"A KServe gRPC call's handler, add_one ([1, 4] FP32 in raw_input_contents, as tritonclient sends it), "
+             f"{args.requests} calls per row: the servicer's coroutine from the decoded request to its answer "
+             "(grpc.aio's Cython layer and C core around it, the same for both, are not counted):", "",
+             *table(grpc_counts, "handler", "call"), "",
+             f"The harness alone: {counts[next(iter(VARIANTS))]:,} instructions a request, "
+             f"{grpc_counts[next(iter(GRPC_VARIANTS))]:,} a gRPC call. Two runs of the script agree to about 1 % "
+             "a row (up to ~6,000 instructions: the log's 50 ms writes and the deadline sweep follow the clock), "
+             "which is the precision of a feature's cost."]
+    return write_results(args.out, lines)
+
+
+def table(counts: dict[str, int], what: str, per: str) -> list[str]:
+    """One table: its first row the harness (taken off every row), then the floor and rsinfer's defaults, then
+    rsinfer without one feature each (its cost: the difference from the defaults)."""
+    names = list(counts)
+    harness = counts[names[0]]
+    floor = counts[names[1]] - harness
+    defaults = counts[names[2]] - harness
+    out = [f"| {what} | instructions per {per} | x the floor | rsinfer's feature costs |", "|---|---|---|---|"]
     for name in names[1:]:
         n = counts[name] - harness
         cost = "" if name in names[1:3] else f"{defaults - n:,} ({(defaults - n) / defaults:.1%} of the defaults)"
-        lines.append(f"| {name} | {n:,} | {n / floor:.2f} | {cost} |")
-    lines += ["", f"The harness alone: {harness:,} instructions a request. Two runs of the script agree to about 1 % "
-              "a row (up to ~6,000 instructions: the log's 50 ms writes and the deadline sweep follow the clock), "
-              "which is the precision of a feature's cost."]
-    return write_results(args.out, lines)
+        out.append(f"| {name} | {n:,} | {n / floor:.2f} | {cost} |")
+    return out
 
 
 if __name__ == "__main__":
