@@ -103,12 +103,13 @@ INLINE_AFTER = 16           # forwards measured (on worker threads) before that 
 SPIKE_S = 2 * INLINE_FORWARD_S
 # what is averaged: a model whose forwards compute on the thread that calls them (the CPU provider with one intra-op
 # thread: `cpu_clock`, every planned CPU model) by that thread's CPU time wherever they run. A forward's wall time on
-# the loop also counts the thread's preemption and its waits for the GIL: under gRPC load on 2 CPUs (clients, grpc's
-# threads) add_one's forwards read 30 µs at the median, 81 at p99, up to 440; judged by it, one client's calls ran on
-# worker threads for 3-100 % of a 5 s run, each back only after a probe on the loop whose one wall time, taken as it
-# is, could fail it and double the wait. On the loop the clock is read on every CLOCK_EVERY-th forward and on those
-# after a forward whose wall or CPU time crossed INLINE_FORWARD_S (a system call at each end, ~0.5 µs); the others
-# count their wall time, which is at least their CPU time
+# the loop also counts the thread's preemption, a CPU quota's throttled periods and its waits for the GIL: under gRPC
+# load on 2 CPUs (clients, grpc's threads) add_one's forwards read 30 µs at the median, 81 at p99, up to 440; judged
+# by it, one client's calls ran on worker threads for 3-100 % of a 5 s run (under a 0.5 CPU quota, 32 % in one run of
+# four), each back only after a probe on the loop whose one wall time, taken as it is, could fail it and double the
+# wait. On the loop the clock is read on every CLOCK_EVERY-th forward and on those after a forward whose wall or CPU
+# time crossed INLINE_FORWARD_S (a system call at each end, ~0.5 µs); the others count their wall time, which is at
+# least their CPU time
 CLOCK_EVERY = 16
 # any other model (more intra-op threads, a device, a script's process) by wall time, with a probe on the loop now and
 # then when its CPU time on worker threads says tiny
