@@ -649,7 +649,9 @@ class Scheduler:
             observer.waited(0.0)
         session = self._take(wide=lone)     # else a narrow lane, as in _run_here
         self.running += 1
-        clock = lone or self.cpu_clock and self._clock_due <= 0     # (_clock_now(), written out)
+        # (_clock_now(), written out; a latency-lane forward's clock is always read: it counts only the calling
+        # thread's part of its CPU, but such forwards take milliseconds, tiny by either judgement)
+        clock = lone or self.cpu_clock and self._clock_due <= 0
         t0, c0 = time.perf_counter(), time.thread_time() if clock else 0.0
         try:
             out = self.forward(session, rows)
