@@ -368,6 +368,36 @@ class TestTensorModel:
         x = np.arange(8, dtype=np.float32).reshape(2, 4)
         assert m.run(m.sessions[0], {"INPUT0": x})["OUTPUT0"].tolist() == (x + 1).tolist()
 
+    def test_a_cpu_session_runs_without_the_wrapper_and_answers_as_it_does(self, shared_models, monkeypatch):
+        """On the CPU provider alone a session's run goes straight to ORT's C++ session: the same outputs as the
+        wrapper's run, all of them by default, and a missing or unknown input still refused (by ORT itself), as an
+        InferenceError of the model. With another provider planned first the session is ORT's own."""
+        import onnxruntime as ort
+
+        from rsinfer_cli.engine import session as session_module
+        from rsinfer_cli.engine.session import EpPlan, build_session
+        from rsinfer_cli.errors import InferenceError
+
+        folder = shared_models / "tensor-models" / "add_one"
+        m = load_model(ModelConfig(name="t", kind="tensor", path=str(folder), replicas=1))
+        session = m.sessions[0]
+        assert type(session).__name__ == "CpuSession" and session.run is not None
+        assert type(session).run is not ort.InferenceSession.run
+        plain = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        for names in (None, ["OUTPUT0"]):
+            (ours,), (theirs,) = session.run(names, {"INPUT0": x}), plain.run(names, {"INPUT0": x})
+            np.testing.assert_array_equal(ours, theirs)
+        with pytest.raises(InferenceError, match="Missing Input: INPUT0"):
+            m.run(session, {})
+        with pytest.raises(InferenceError, match="Invalid input name: nope"):
+            m.run(session, {"INPUT0": x, "nope": x})
+        cfg = ModelConfig(name="t", kind="tensor", path=str(folder), replicas=1)
+        assert "AzureExecutionProvider" in ort.get_available_providers()     # (in onnxruntime's CPU wheels)
+        monkeypatch.setitem(session_module.PROVIDERS, "azure", "AzureExecutionProvider")
+        other = build_session(folder / "model.onnx", cfg, EpPlan(("azure",), ("azure", "cpu"), (), ({}, {})), 1)
+        assert type(other) is ort.InferenceSession
+
     def test_text_kind_still_needs_a_tokenizer(self, shared_models):
         from rsinfer_cli.errors import HubError
 
