@@ -300,6 +300,51 @@ def test_grpc_errors_carry_status_codes(grpc_client):
     assert info.value.status() == str(grpc.StatusCode.NOT_FOUND)
 
 
+def test_grpc_remembered_headers_and_answers_stay_exact(server):
+    """The servicer remembers an input header it checked and the response it made for an answer's outputs; every
+    request still gets its own data, id, shapes and version, and its errors (the wrong number of bytes under a
+    remembered header, a name given twice, another version) as if nothing were remembered."""
+    import grpc
+
+    from rsinfer_cli.server.kserve import kserve_pb2 as pb
+    from rsinfer_cli.server.kserve import kserve_pb2_grpc as pb_grpc
+
+    def request(model: str, rows: np.ndarray, rid: str = "", version: str = "", names: tuple[str, ...] = ("INPUT0",),
+                data: bytes | None = None) -> pb.ModelInferRequest:
+        r = pb.ModelInferRequest(model_name=model, model_version=version, id=rid)
+        for name in names:
+            r.inputs.add(name=name, datatype="FP32", shape=list(rows.shape))
+            r.raw_input_contents.append(rows.tobytes() if data is None else data)
+        return r
+
+    def output(answer: pb.ModelInferResponse) -> np.ndarray:
+        (out,) = answer.outputs
+        assert out.name == "OUTPUT0" and out.datatype == "FP32"
+        return np.frombuffer(answer.raw_output_contents[0], np.float32).reshape(list(out.shape))
+
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        for k in range(3):       # the same header three times: the first checked, the others remembered
+            rows = np.arange(8, dtype=np.float32).reshape(2, 4) * (k + 1)
+            answer = stub.ModelInfer(request("add_one", rows, rid=f"call-{k}"))
+            assert answer.id == f"call-{k}" and answer.model_name == "add_one" and answer.model_version == "1"
+            np.testing.assert_array_equal(output(answer), rows + 1)
+        assert stub.ModelInfer(request("add_one", np.ones((2, 4), np.float32))).id == ""   # none given: none
+        rows = np.ones((3, 4), np.float32)       # another batch size: another header and another answer's shape
+        np.testing.assert_array_equal(output(stub.ModelInfer(request("add_one", rows))), rows + 1)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(request("add_one", np.ones((2, 4), np.float32), data=b"\0" * 12))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "has 12 bytes of data but shape [2, 4] of FP32 needs 32" in info.value.details()
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(request("add_one", np.ones((2, 4), np.float32), names=("INPUT0", "INPUT0")))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "given twice" in info.value.details()
+        for version, plus in (("1", 1), ("2", 2), ("1", 1)):     # one header, two models: each its own answer
+            answer = stub.ModelInfer(request("pinned", np.zeros((1, 4), np.float32), version=version))
+            assert answer.model_version == version
+            np.testing.assert_array_equal(output(answer), np.full((1, 4), plus, np.float32))
+
+
 def test_grpc_stream_answers_in_order_and_survives_a_bad_request(grpc_client):
     import queue
 

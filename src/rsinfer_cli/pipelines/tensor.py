@@ -104,6 +104,9 @@ class TensorPipeline(RowPipeline):
         self._shapes = {t.name: kserve_shape(t) for t in model.graph.inputs}   # checked against on every request
         self._fixed = {name: [(k, d) for k, d in enumerate(want) if d >= 0] for name, want in self._shapes.items()}
         self.outputs = [t.name for t in model.graph.outputs]
+        # request headers a front end checked against this model, as it remembers them (KServe gRPC's: its raw
+        # input headers); kept here, they go with the model when a reload or an unload replaces it
+        self.seen_headers: dict[Any, Any] = {}
         if self.max_batch_size > 0:
             for t in model.graph.inputs:
                 if not t.shape or (isinstance(t.shape[0], int) and t.shape[0] > 0):
