@@ -70,6 +70,9 @@ def _raw_header(pipe: TensorPipeline, t: Any, i: int) -> RawHeader:
     return name, dtype, shape, element_count(shape) * dtype.itemsize
 
 
+OK = grpc.StatusCode.OK
+
+
 def code_for(exc: BaseException) -> grpc.StatusCode:
     for klass, code in CODES:
         if isinstance(exc, klass):
@@ -102,11 +105,12 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._children: dict[tuple[str, str], tuple[Any, Any]] = {}   # metric children, looked up once each
         self._templates: dict[tuple[Any, ...], Any] = {}      # _response's
 
-    def _observe(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
-        key = (method, code.name)
+    def _observe(self, method: str, code: str, seconds: float) -> None:
+        """One call of `method` ended with status `code` (its name) after `seconds`."""
+        key = (method, code)
         children = self._children.get(key)
         if children is None:
-            children = self._children[key] = (self.requests.labels(method, code.name), self.duration.labels(method))
+            children = self._children[key] = (self.requests.labels(method, code), self.duration.labels(method))
         children[0].inc()
         children[1].observe(seconds)
 
@@ -139,7 +143,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
                     open_: bool = False) -> Any:
         """Auth, metrics, the request id, and every error as a gRPC status with its message (never a traceback)."""
         t0 = time.perf_counter()
-        code = grpc.StatusCode.OK
+        code = OK
         echo = self._request_id(context)
         try:
             if not open_:
@@ -158,9 +162,9 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             await context.abort(code, message, trailing_metadata=echo)
         finally:
             elapsed = time.perf_counter() - t0
-            self._observe(method, code, elapsed)
+            name = "OK" if code is OK else code.name      # (an enum's name: a Python-level property)
+            self._observe(method, name, elapsed)
             if self.access and ACCESS.isEnabledFor(logging.INFO):
-                name = code.name
                 log_access(f"gRPC {method} {name} {elapsed * 1000:.1f}ms", lambda: {
                     "method": "gRPC", "route": method, "code": name, "duration_ms": round(elapsed * 1000, 3)})
 
@@ -344,7 +348,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
                 yield pb.ModelStreamInferResponse(error_message=message,
                                                   infer_response=pb.ModelInferResponse(id=request.id))
             finally:
-                self._observe("ModelStreamInfer", code, time.perf_counter() - t0)
+                self._observe("ModelStreamInfer", code.name, time.perf_counter() - t0)
 
 
 SERVICE = "inference.GRPCInferenceService"
