@@ -126,10 +126,12 @@ def bare(mode: str) -> Grpc:
     return Grpc(f"127.0.0.1:{port}", proc.pid, stop)
 
 
-def rsinfer(tmp: Path) -> Grpc:
+def rsinfer(tmp: Path, src: Path | None = None) -> Grpc:
+    """`rsinfer serve` with the defaults, from this checkout or `src` (another checkout's src/)."""
     grpc_port = free_port()
     models, server = config(1, grpc_port)              # overhead.py's: the defaults and grpc_bind
-    srv = Serve(models, tmp, server, name="grpc-floor", log_level="info")
+    srv = Serve(models, tmp, server, name="grpc-floor" if src is None else "grpc-floor-before", log_level="info",
+                src=src)
     return Grpc(f"127.0.0.1:{grpc_port}", srv.proc.pid, srv.stop)
 
 
@@ -138,11 +140,17 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=3, help="seconds of load per server per round")
+    parser.add_argument("--before-src", type=Path, help="another checkout's src/: its rsinfer as one more row, "
+                                                          "\"rsinfer before\", in the same rounds")
     args = parser.parse_args()
     names = ["aio fixed", "aio run", "aio meta+run", "sync meta+run", "rsinfer"]
+    if args.before_src:
+        names.append("rsinfer before")
     with tempfile.TemporaryDirectory() as tmp:
         def start(name: str) -> Grpc:
-            return rsinfer(Path(tmp)) if name == "rsinfer" else bare(name.replace(" ", "-"))
+            if name.startswith("rsinfer"):
+                return rsinfer(Path(tmp), args.before_src if name == "rsinfer before" else None)
+            return bare(name.replace(" ", "-"))
 
         table = interleaved_floor(names, start, "calls/s", "call", "aio run", args.rounds, args.seconds)
     lines = ["", "## The floor of KServe gRPC in Python (`grpc_floor.py`)", "",
