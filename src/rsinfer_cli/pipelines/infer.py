@@ -93,8 +93,12 @@ class Inference:
                 ok = True
                 return result
             if queue.now():
-                work = _planned(plan, stats, args, kwargs)
-                result = _finish(work, queue.run_now(work.rows, work.costs), stats)
+                if stats is None:       # no record to stamp (a gRPC call): the plan and the answer, no wrapper
+                    work = plan(*args, **kwargs)
+                    result = work.finish(queue.run_now(work.rows, work.costs))
+                else:
+                    work = _planned(plan, stats, args, kwargs)
+                    result = _finish(work, queue.run_now(work.rows, work.costs), stats)
             elif stats is not None and stats.body_bytes is not None and stats.body_bytes <= INLINE_BYTES \
                     and queue.lone() and await self._still_alone(queue):
                 work = _planned(plan, stats, args, kwargs)     # a small body: tokenized here, then
