@@ -135,6 +135,15 @@ def rsinfer(tmp: Path, src: Path | None = None) -> Grpc:
     return Grpc(f"127.0.0.1:{grpc_port}", srv.proc.pid, srv.stop)
 
 
+def before_note(src: Path | None) -> list[str]:
+    """What "rsinfer before" was: the commit of the checkout `--before-src` named."""
+    if src is None:
+        return []
+    found = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    commit = found.stdout.strip() if found.returncode == 0 else "another checkout"
+    return ["", f"rsinfer before = {commit} (`--before-src <checkout of {commit}>/src`), the same rounds."]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
@@ -157,7 +166,7 @@ def main() -> int:
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/grpc_floor.py` (64 "
              "tritonclient.grpc.aio clients on 127.0.0.1, add_one; every server up at once, "
              f"{args.rounds} rounds of {args.seconds:g} s of load per server, in an order reversed each round; CPU = "
-             "the server's process tree per call).", *table]
+             "the server's process tree per call).", *before_note(args.before_src), *table]
     lines.append("")
     return write_results(args.out, lines)
 
