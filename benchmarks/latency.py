@@ -294,7 +294,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--before-src", type=Path, help="another checkout's src/, measured as one more side")
     ap.add_argument("--before-label", default="before")
-    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     ap.add_argument("--chart", type=Path, default=CHARTS / "latency.png")
     args = ap.parse_args()
