@@ -118,6 +118,7 @@ class TensorPipeline(RowPipeline):
         opts: TensorOptions = cfg.options
         self.min_elements, self.max_elements, self.normalize = (opts.min_elements, opts.max_elements,
                                                                 opts.normalize_input)
+        self._bounded = self.min_elements is not None or self.max_elements is not None
         if self.min_elements is not None and self.max_elements is not None and self.min_elements > self.max_elements:
             raise ModelLoadError(f"model '{model.name}': min_elements ({self.min_elements}) is above max_elements "
                                  f"({self.max_elements})", model=model.name)
@@ -194,7 +195,8 @@ class TensorPipeline(RowPipeline):
                     raise InputError(f"input '{name}' has batch size {n} but another input has {batch}; all inputs "
                                      "must agree on dimension 0", param=name)
                 batch = n
-            self._check_elements(name, arr)
+            if self._bounded:
+                self._check_elements(name, arr)
             out[name] = arr
         if unbatched and batch is not None and batch != 1:
             raise InputError("some inputs leave out the batch dimension and others do not", param=None)
@@ -234,8 +236,11 @@ class TensorPipeline(RowPipeline):
             rows = [feeds]              # the whole request, or its one row
 
         def finish(per_row: list[Any]) -> TensorResult:
-            joined = {k: (np.concatenate([r[k] for r in per_row], axis=0) if len(per_row) > 1 else per_row[0][k])
-                      for k in wanted}
+            if len(per_row) == 1 and wanted is self.outputs:     # one row, every output: its forward's own dict
+                joined = per_row[0]
+            else:
+                joined = {k: (np.concatenate([r[k] for r in per_row], axis=0) if len(per_row) > 1 else per_row[0][k])
+                          for k in wanted}
             if self.max_batch_size > 0 and batch is None:
                 joined = {k: v[0] for k, v in joined.items()}  # answered without the batch dimension it lacked
             return TensorResult(joined, timing)
