@@ -56,6 +56,10 @@ class _RequestIdFilter(logging.Filter):
         return True
 
 
+# "000".."999": a line's milliseconds by index (f"{ms:03d}" parses its format spec on every line)
+MILLIS = tuple(f"{ms:03d}" for ms in range(1000))
+
+
 class _Stamps:
     """A time's text to the second, kept while the second lasts (one strftime a second, not one a line)."""
 
@@ -84,10 +88,12 @@ class TextFormatter(logging.Formatter):
                   fields: Callable[[], dict[str, Any]], end: str = "") -> str:
         """What format() makes of an INFO record of `name` with this message, id and `extra` fields (the text
         format prints none of them: `fields` is not called), followed by `end` (one string made, not three)."""
-        stamp, ms = self._stamp(created), int((created - int(created)) * 1000)
+        second, stamps = int(created), self._stamp     # (the stamp's cache read here: a call less a line)
+        stamp = stamps.text if second == stamps.second else stamps(created)
+        ms = MILLIS[int((created - second) * 1000)]
         if rid:
-            return f"{stamp},{ms:03d} INFO {name}: {msg} [{rid}]{end}"
-        return f"{stamp},{ms:03d} INFO {name}: {msg}{end}"
+            return f"{stamp},{ms} INFO {name}: {msg} [{rid}]{end}"
+        return f"{stamp},{ms} INFO {name}: {msg}{end}"
 
 
 class JsonFormatter(logging.Formatter):
