@@ -32,7 +32,8 @@ INLINE_BYTES = 4096
 class Observer(Protocol):
     """What the metrics hear of each request (server/metrics.Metrics)."""
 
-    def observe_request(self, model: str, version: str, timing: Timing) -> None: ...
+    def observe_request(self, model: str, version: str, timing: Timing) -> None:
+        """A request that tokenized (its tokens or its tokenize time): its usage."""
 
     def cache_lookup(self, model: str, hits: int, misses: int) -> None: ...
 
@@ -132,7 +133,9 @@ class Inference:
 
                     result = await queue.run(whole)
                     work = planned[0]
-            self._observed(model, work.timing, stats)
+            timing = work.timing
+            if stats is not None or timing.tokens or timing.tokenize_s:   # (nothing to report: no call)
+                self._observed(model, timing, stats)
             ok = True
             return result
         finally:
@@ -198,8 +201,10 @@ class Inference:
         return result
 
     def _observed(self, model: LoadedModel, timing: Timing, stats: RequestRecord | None) -> None:
-        config = model.config      # its name and version: not the properties, a call each
-        self.observer.observe_request(config.name, config.version or "", timing)
+        """A request's usage to the metrics (only a request that tokenized has any), its rows to its record."""
+        if timing.tokens or timing.tokenize_s:
+            config = model.config      # its name and version: not the properties, a call each
+            self.observer.observe_request(config.name, config.version or "", timing)
         if stats is not None:
             stats.rows = (stats.rows or 0) + timing.rows
 

@@ -315,10 +315,8 @@ class Metrics:
         children[1].observe(seconds)
 
     def observe_request(self, model: str, version: str, timing: Any) -> None:
-        """One answered request's usage and tokenize time (a request that tokenized nothing - a tensor model's -
-        has none to report)."""
-        if not timing.tokens and not timing.tokenize_s:
-            return
+        """One answered request's usage and tokenize time (the core reports only a request that tokenized: a
+        tensor model's has none)."""
         children = self._usage.get((model, version))
         if children is None:
             children = self._usage[(model, version)] = (self.tokenize.labels(model, version),
