@@ -647,18 +647,17 @@ class Scheduler:
         observer = self.observer
         if observer is not None:
             observer.waited(0.0)
-        session = self._take(wide=lone)     # else a narrow lane, as in _run_here
-        self.running += 1
+        # the lane _take would give (the latency lane, else a narrow one), not taken: this forward runs to its end
+        # on the event loop's thread, the only one that takes lanes and CPUs or reads them (`now`, `lone`, the
+        # dispatch), so nothing could see them taken; and nothing to give back after it, a failure included
+        session = self.wide if lone and self.wide is not None and self.budget is not None else self._idle[-1]
         # (_clock_now(), written out; a latency-lane forward's clock is always read: it counts only the calling
         # thread's part of its CPU, but such forwards take milliseconds, tiny by either judgement)
         clock = lone or self.cpu_clock and self._clock_due <= 0
         t0, c0 = time.perf_counter(), time.thread_time() if clock else 0.0
-        try:
-            out = self.forward(session, rows)
-        finally:
-            t1 = time.perf_counter()
-            cpu = time.thread_time() - c0 if clock else None
-            self._give_back(session)
+        out = self.forward(session, rows)
+        t1 = time.perf_counter()
+        cpu = time.thread_time() - c0 if clock else None
         self._took(t1 - t0, cpu, True)
         if lone:
             self._lone_took(t1 - t0, costs[0])
