@@ -108,14 +108,17 @@ def from_raw(name: str, datatype: str, shape: list[int], raw: bytes) -> Array:
 
 
 def to_raw(arr: Array) -> bytes:
-    if arr.dtype == object or arr.dtype.kind in "US":
+    dtype = arr.dtype
+    if _LITTLE.get(dtype) is dtype:     # a little-endian dtype seen before (every numeric array on a little-endian
+        return arr.tobytes()            # host, after its first): its C-order bytes
+    if dtype.kind in "OUS":         # objects (BYTES) and strings
         out = bytearray()
         for item in arr.reshape(-1):
             b = item if isinstance(item, bytes) else str(item).encode("utf-8")
             out += struct.pack("<I", len(b)) + b
         return bytes(out)
-    little = _little(arr.dtype)
-    if arr.dtype is little:      # already little-endian (every array on a little-endian host): its C-order bytes
+    little = _little(dtype)
+    if dtype is little:
         return arr.tobytes()
     return np.ascontiguousarray(arr, dtype=little).tobytes()
 

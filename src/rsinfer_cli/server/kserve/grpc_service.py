@@ -130,6 +130,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
     # ------------------------------------------------------------ plumbing
 
     def _authorize(self, context: Context) -> None:
+        """The call's API key against the configured ones, if any (`_call` looks at `keys` before calling)."""
         if not self.keys:
             return
         meta = {k.lower(): v for k, v in (context.invocation_metadata() or ())}
@@ -159,7 +160,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         code = OK
         echo = self._request_id(context)
         try:
-            if not open_:
+            if not open_ and self.keys:
                 self._authorize(context)
             return await fn(*args)
         except Unauthenticated as exc:
@@ -318,12 +319,13 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         """The answer: a copy of the response made for the first answer of these outputs' names, datatypes and
         shapes (and this model), with the request's id and the outputs' bytes. Protobuf's constructor and `add()`
         cost ~26k instructions on add_one's answer, the copy with its id and bytes ~10k (callgrind)."""
-        key: tuple[Any, ...] = (m.name, m.version)
+        config = m.config      # its name and version: not the properties, a call each
+        key: tuple[Any, ...] = (config.name, config.version)
         for name, arr in outputs.items():
             key += (name, arr.dtype, arr.shape)
         template = self._templates.get(key)
         if template is None:
-            template = pb.ModelInferResponse(model_name=m.name, model_version=m.version or "1")
+            template = pb.ModelInferResponse(model_name=config.name, model_version=config.version or "1")
             for name, arr in outputs.items():
                 template.outputs.add(name=name, datatype=codec.output_datatype(arr), shape=list(arr.shape))
             if len(self._templates) >= HEADERS:
