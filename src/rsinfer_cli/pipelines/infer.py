@@ -82,18 +82,23 @@ class Inference:
         stats = REQUEST_RECORD.get()
         if stats is not None:
             stats.model = key
-        busy = self.busy
-        ident = id(model)
-        busy[ident] = busy.get(ident, 0) + 1
-        self.in_flight += 1
+        cached = self.cache is not None and model.config.cache
+        # the request counted in flight (what a reload waits for, what `_still_alone` reads) unless it runs now:
+        # from here to its answer without an await, so nothing else runs while it does and nobody could read it
+        now = not cached and queue.now()
+        if not now:
+            busy = self.busy
+            ident = id(model)
+            busy[ident] = busy.get(ident, 0) + 1
+            self.in_flight += 1
         t0 = time.perf_counter()
         ok = False
         try:     # the request's paths written out here: a coroutine of their own would cost every request one
-            if self.cache is not None and model.config.cache:
+            if cached:
                 result: R = await self._cached(model, pipe, queue, _stamped(plan, stats), args, kwargs)
                 ok = True
                 return result
-            if queue.now():
+            if now:
                 if stats is None:       # no record to stamp (a gRPC call): the plan and the answer, no wrapper
                     work = plan(*args, **kwargs)
                     result = work.finish(queue.run_now(work.rows, work.costs))
@@ -139,12 +144,13 @@ class Inference:
             ok = True
             return result
         finally:
-            self.in_flight -= 1
-            n = busy[ident] - 1
-            if n:
-                busy[ident] = n
-            else:
-                del busy[ident]
+            if not now:
+                self.in_flight -= 1
+                n = busy[ident] - 1
+                if n:
+                    busy[ident] = n
+                else:
+                    del busy[ident]
             config = model.config      # (as in _observed)
             self.observer.outcome(config.name, config.version or "", ok, time.perf_counter() - t0, stats)
 
