@@ -12,6 +12,7 @@ Servers, each in a process of its own on 127.0.0.1 (aiohttp on uvloop, no access
 - `rsinfer json` / `binary`: `rsinfer serve` with the server's defaults (log level info: an access line a request).
 
     .venv/bin/python benchmarks/http_floor.py          # its section of benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/http_floor.py --before-src <checkout>/src   # another commit's rsinfer beside it
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from _serve import Serve, free_port, interleaved_floor, tree_cpu_seconds, write_results
 from batching import ROOT, SHARED, drive_raw, machine
+from grpc_floor import before_note
 from overhead import CLIENTS, config, kserve_binary, kserve_json
 
 ADD = SHARED / "tensor-models" / "add_one"
@@ -125,19 +127,26 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=3, help="seconds of load per server per round")
+    parser.add_argument("--before-src", type=Path, help="another checkout's src/: its rsinfer as more rows, "
+                                                          "\"rsinfer before json|binary\", in the same rounds")
     args = parser.parse_args()
     names = ["aiohttp fixed", "aiohttp request.json()+run", "aiohttp parse+run json", "aiohttp parse+run binary",
              "rsinfer json", "rsinfer binary"]
+    if args.before_src:
+        names += ["rsinfer before json", "rsinfer before binary"]
     modes = {"aiohttp fixed": "fixed", "aiohttp request.json()+run": "stdlib", "aiohttp parse+run json": "run",
              "aiohttp parse+run binary": "run"}
     servers: dict[str, tuple[int, int, Callable[[], None]]] = {}   # one process per mode, JSON and binary alike
     with tempfile.TemporaryDirectory() as tmp:
         def start(name: str) -> Http:
-            mode = "rsinfer" if name.startswith("rsinfer") else modes[name]
+            mode = ("rsinfer before" if name.startswith("rsinfer before") else "rsinfer") \
+                if name.startswith("rsinfer") else modes[name]
             if mode not in servers:
-                if mode == "rsinfer":
+                if mode.startswith("rsinfer"):
+                    before = mode == "rsinfer before"
                     models, server = config(1, free_port())     # overhead.py's: the defaults (and a gRPC bind)
-                    srv = Serve(models, Path(tmp), server, name="http-floor", log_level="info")
+                    srv = Serve(models, Path(tmp), server, name="http-floor-before" if before else "http-floor",
+                                log_level="info", src=args.before_src if before else None)
                     servers[mode] = (int(srv.url.rsplit(":", 1)[1]), srv.proc.pid, srv.stop)
                 else:
                     servers[mode] = bare(mode)
@@ -150,7 +159,7 @@ def main() -> int:
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/http_floor.py` ({CLIENTS} raw HTTP/1.1 "
              f"keep-alive clients on 127.0.0.1, add_one; every server up at once, {args.rounds} rounds of "
              f"{args.seconds:g} s of load per server, in an order reversed each round; CPU = the server's process "
-             "tree per request).", *table]
+             "tree per request).", *before_note(args.before_src), *table]
     lines.append("")
     return write_results(args.out, lines)
 
