@@ -345,6 +345,47 @@ def test_grpc_remembered_headers_and_answers_stay_exact(server):
             np.testing.assert_array_equal(output(answer), np.full((1, 4), plus, np.float32))
 
 
+def test_grpc_typed_contents_several_inputs_and_requested_outputs(server):
+    """Inputs in the typed `contents` fields (not raw bytes), two of them, and one output of two requested: the
+    servicer reads every repeated field (inputs, contents, shape, outputs) whole, answers with just that output, and
+    refuses contents whose count does not fill the shape, or raw contents given for some inputs only."""
+    import grpc
+
+    from rsinfer_cli.server.kserve import kserve_pb2 as pb
+    from rsinfer_cli.server.kserve import kserve_pb2_grpc as pb_grpc
+
+    a, b = np.arange(32, dtype=np.float32).reshape(2, 16), np.full((2, 16), 0.5, np.float32)
+
+    def request(first: list[float], outputs: tuple[str, ...] = ("OUTPUT1",)) -> pb.ModelInferRequest:
+        r = pb.ModelInferRequest(model_name="add_sub", id="typed")
+        for name, values in (("INPUT0", first), ("INPUT1", b.reshape(-1).tolist())):
+            r.inputs.add(name=name, datatype="FP32", shape=[2, 16],
+                         contents=pb.InferTensorContents(fp32_contents=values))
+        for name in outputs:
+            r.outputs.add(name=name)
+        return r
+
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        answer = stub.ModelInfer(request(a.reshape(-1).tolist()))
+        assert answer.id == "typed" and [o.name for o in answer.outputs] == ["OUTPUT1"]
+        assert list(answer.outputs[0].shape) == [2, 16]
+        np.testing.assert_array_equal(np.frombuffer(answer.raw_output_contents[0], np.float32).reshape(2, 16), a - b)
+        both = stub.ModelInfer(request(a.reshape(-1).tolist(), ("OUTPUT0", "OUTPUT1")))
+        assert [o.name for o in both.outputs] == ["OUTPUT0", "OUTPUT1"]
+        np.testing.assert_array_equal(np.frombuffer(both.raw_output_contents[0], np.float32).reshape(2, 16), a + b)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(request(a.reshape(-1).tolist()[:31]))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "input 'INPUT0' has 31 elements but shape [2, 16] holds 32" in info.value.details()
+        half = request(a.reshape(-1).tolist())
+        half.raw_input_contents.append(a.tobytes())        # raw bytes for one input of two
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(half)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "1 raw_input_contents for 2 inputs" in info.value.details()
+
+
 def test_grpc_stream_answers_in_order_and_survives_a_bad_request(grpc_client):
     import queue
 
