@@ -315,10 +315,13 @@ def main() -> int:
         "all-MiniLM-L6-v2, one short query to `/v1/embeddings` (the thinnest HTTP client; rsinfer's split from its "
         "timing headers):", "", *table(http, split=True), "",
         "KServe gRPC `ModelInfer`, add_one [1, 4] (tritonclient.grpc):", "", *table(grpc, split=False), "",
-        f"Each side's percentiles are drawn in `docs/charts/{args.chart.name}` (on the docs' performance page).", ""]
+        f"Each side's percentiles{' but the before side' if args.before_src else ''} are drawn in "
+        f"`docs/charts/{args.chart.name}` (on the docs' performance page).", ""]
     args.chart.parent.mkdir(parents=True, exist_ok=True)
-    chart(args.chart, [("/v1/embeddings, all-MiniLM-L6-v2, one client", http),
-                       ("KServe gRPC add_one, one client", grpc)])
+    product = [(title, [s for s in sides if args.before_src is None or s.label != args.before_label])
+               for title, sides in (("/v1/embeddings, all-MiniLM-L6-v2, one client", http),
+                                    ("KServe gRPC add_one, one client", grpc))]
+    chart(args.chart, product)      # the docs' chart: the product beside its baselines (the before side: the table)
     return write_results(args.out, lines)
 
 
