@@ -349,65 +349,6 @@ def test_loop_handler_writes_once_per_interval_and_flushes_off_the_loop():
         log.removeHandler(handler)
 
 
-def test_a_text_access_line_made_at_its_write_is_the_formatters_line_in_its_place(monkeypatch):
-    """In the text format an access line is kept as its parts and made when its write goes out: the same text, to
-    the character, as the formatter makes of the record `ACCESS.info(template, *args)` logged then (its time and
-    request id those of the call, not of the write), between the lines logged before and after it; off the loop it
-    goes out at once. A template its arguments do not fit still writes a line."""
-    import asyncio
-    import io
-    import logging
-
-    from rsinfer_cli.server import logs
-
-    stream = io.StringIO()
-    handler = logs.LoopStreamHandler()
-    handler.setStream(stream)
-    formatter = logs.TextFormatter()
-    handler.setFormatter(formatter)
-    handler.addFilter(logs._RequestIdFilter())
-    root = logging.getLogger()
-    saved, level = root.handlers[:], root.level
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    import time
-    import types
-
-    clock = iter([1_790_000_000.25, 1_790_000_000.9995, 1_790_000_007.5])     # the access lines' calls, in turn
-    monkeypatch.setattr(logs, "time", types.SimpleNamespace(time=lambda: next(clock), strftime=time.strftime))
-
-    def expected(created: float, msg: str, rid: str | None) -> str:
-        record = logging.LogRecord("rsinfer.access", logging.INFO, "", 0, "%s", (msg,), None)
-        record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
-        record.request_id = rid
-        return formatter.format(record)
-
-    try:
-        assert logs._direct() is handler
-
-        async def requests() -> str:
-            logging.getLogger("rsinfer.test").info("before")
-            token = logs.REQUEST_ID.set("req-1")
-            logs.access("%s %s %d %.1fms", ("POST", "/v2/models/{model}/infer", 200, 0.1234), dict)
-            logs.REQUEST_ID.reset(token)
-            logs.access("gRPC %s %s %.1fms", ("ModelInfer", "OK", 12.25), dict)
-            logging.getLogger("rsinfer.test").info("after")
-            waiting = stream.getvalue()
-            await asyncio.sleep(logs.FLUSH_S * 2)
-            return waiting
-
-        assert asyncio.run(requests()) == ""              # nothing made or written before the write is due
-        lines = stream.getvalue().splitlines()
-        assert lines[0].endswith("INFO rsinfer.test: before") and lines[3].endswith("INFO rsinfer.test: after")
-        assert lines[1] == expected(1_790_000_000.25, "POST /v2/models/{model}/infer 200 0.1ms", "req-1")
-        assert lines[2] == expected(1_790_000_000.9995, "gRPC ModelInfer OK 12.2ms", None)
-        logs.access("%s %d", ("not a number", "nor this"), dict)                  # off the loop: at once
-        assert stream.getvalue().splitlines()[-1].endswith("rsinfer.access: %s %d ('not a number', 'nor this')")
-    finally:
-        root.handlers[:] = saved
-        root.setLevel(level)
-
-
 def test_run_loop_writes_what_its_loop_left_pending():
     """A line logged in the loop's last moments waits for a write the loop will never run: run_loop writes it once
     the loop has ended (nothing lost at a stop, whatever the interpreter does next)."""

@@ -218,7 +218,7 @@ def _access_line(request: web.Request, route: str, status: int, elapsed: float, 
         return {"method": method, "route": route, "status": status, "duration_ms": round(elapsed * 1000, 3),
                 "client": request.remote, **stats.log_fields()}
 
-    log_access("%s %s %d %.1fms", (method, route, status, elapsed * 1000), fields)
+    log_access(f"{method} {route} {status} {elapsed * 1000:.1f}ms", fields)
 
 
 # the headers every answer may carry, as multidict's case-insensitive strings made once: an item set with an istr

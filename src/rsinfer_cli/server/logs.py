@@ -141,44 +141,19 @@ ACCESS = logging.getLogger("rsinfer.access")
 FLUSH_S = 0.05
 
 
-# a text access line kept as its parts (formatter, time, template, arguments, request id) until its write, where it is
-# made in one loop with the others written then
-Deferred = tuple[TextFormatter, float, str, tuple[Any, ...], "str | None"]
-
-
-def access(template: str, args: tuple[Any, ...], fields: Callable[[], dict[str, Any]]) -> None:
-    """A request's access line (never a body, a text or a key): the message `template % args` and the structured
-    fields of FIELDS (made by `fields()` only when a format prints them).
+def access(msg: str, fields: Callable[[], dict[str, Any]]) -> None:
+    """A request's access line (never a body, a text or a key): `msg` and the structured fields of FIELDS (made by
+    `fields()` only when a format prints them).
     Where the daemon's own stderr handler is the only one a record of `rsinfer.access` reaches, the line is made
     here without a LogRecord, in the same text as the formatter's (a test holds them equal): under load this cut
-    logging's CPU per request by about two thirds (benchmarks/RESULTS.md). In the text format the line is made at
-    its write instead, with the others of that write: code that runs once a request runs with the CPU's caches
-    cold (the line measured 1.6 µs there, 0.5 in a loop of lines), so a request pays for its parts only."""
+    logging's CPU per request by about two thirds (benchmarks/RESULTS.md)."""
     handler = _direct()
     if handler is None:
-        ACCESS.info(template, *args, extra=fields())
+        ACCESS.info("%s", msg, extra=fields())
         return
     fmt = handler.formatter
-    if type(fmt) is TextFormatter:
-        handler.line((fmt, time.time(), template, args, REQUEST_ID.get()))
-        return
-    assert isinstance(fmt, JsonFormatter)
-    handler.line(fmt.info_line(ACCESS.name, time.time(), template % args, REQUEST_ID.get(), fields,
-                               handler.terminator))
-
-
-def _no_fields() -> dict[str, Any]:
-    return {}
-
-
-def _made(entry: Deferred, end: str) -> str:
-    """A deferred access line's text, as `access` would have made it then."""
-    fmt, created, template, args, rid = entry
-    try:
-        msg = template % args
-    except (TypeError, ValueError):          # a caller's mistake: the line still goes out, with what it was given
-        msg = f"{template} {args!r}"
-    return fmt.info_line(ACCESS.name, created, msg, rid, _no_fields, end)
+    assert isinstance(fmt, (TextFormatter, JsonFormatter))
+    handler.line(fmt.info_line(ACCESS.name, time.time(), msg, REQUEST_ID.get(), fields, handler.terminator))
 
 
 _FORMATTERS = (TextFormatter, JsonFormatter)
@@ -212,7 +187,7 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def __init__(self) -> None:
         super().__init__()
-        self._pending: list[str | Deferred] = []    # lines, and access lines still as their parts
+        self._pending: list[str] = []
         # the thread, and its event loop, that has a write of the pending lines scheduled
         self._due: tuple[int, asyncio.AbstractEventLoop] | None = None
 
@@ -224,9 +199,8 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             return
         self.line(line)
 
-    def line(self, line: str | Deferred) -> None:
-        """A formatted line (with its terminator), or an access line's parts (`access`): out with the write due on
-        this thread's loop, or now off a loop.
+    def line(self, line: str) -> None:
+        """A formatted line (with its terminator): out with the write due on this thread's loop, or now off a loop.
         Only the first line of a write looks for the running loop (on Python 3.11 that look-up is a getpid() system
         call); the others join the write already due."""
         me = threading.get_ident()
@@ -256,10 +230,8 @@ class LoopStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         with self.lock:   # type: ignore[union-attr]
             lines, self._pending, self._due = self._pending, [], None
             if lines:
-                end = self.terminator
-                text = "".join([x if isinstance(x, str) else _made(x, end) for x in lines])
                 try:
-                    self.stream.write(text)
+                    self.stream.write("".join(lines))
                 except Exception:  # noqa: BLE001 - a closed or full stderr must not take the daemon down
                     return
             if self.stream and hasattr(self.stream, "flush"):

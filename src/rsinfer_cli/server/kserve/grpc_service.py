@@ -82,7 +82,7 @@ OK = grpc.StatusCode.OK
 def _access_line(method: str, code: str, elapsed: float) -> None:
     """A call's access line (a function of its own: a closure in `_call` would turn its locals into cells, slower
     on every access)."""
-    log_access("gRPC %s %s %.1fms", (method, code, elapsed * 1000), lambda: {
+    log_access(f"gRPC {method} {code} {elapsed * 1000:.1f}ms", lambda: {
         "method": "gRPC", "route": method, "code": code, "duration_ms": round(elapsed * 1000, 3)})
 
 
