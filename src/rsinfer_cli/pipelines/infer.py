@@ -138,9 +138,7 @@ class Inference:
 
                     result = await queue.run(whole)
                     work = planned[0]
-            timing = work.timing
-            if stats is not None or timing.tokens or timing.tokenize_s:   # (nothing to report: no call)
-                self._observed(model, timing, stats)
+            self._observed(model, work.timing, stats)
             ok = True
             return result
         finally:
