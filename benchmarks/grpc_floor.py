@@ -9,7 +9,9 @@ Servers, each in a process of its own on 127.0.0.1:
 - `aio meta+run`: the same, reading the call's metadata, setting a trailing `x-request-id` and running the real
   `session.run` of add_one (what any server must do);
 - `sync meta+run`: grpc's thread-pool server (`grpc.server`, 16 threads) doing the same;
-- `rsinfer`: `rsinfer serve` with the server's defaults and `grpc_bind`.
+- `rsinfer`: `rsinfer serve` with the server's defaults and `grpc_bind`;
+- `aio run, again`: the floor's own code in a second process, last in the order: its ratio to the floor is what the
+  same code reads in this run, the resolution of every other ratio.
 
     .venv/bin/python benchmarks/grpc_floor.py          # its section of benchmarks/RESULTS.md
 """
@@ -31,6 +33,7 @@ from batching import ROOT, SHARED, machine
 from overhead import config, grpc_load
 
 ADD = SHARED / "tensor-models" / "add_one"
+AGAIN = "aio run, again"     # the floor in a second process: the same code's ratio
 
 SERVER = textwrap.dedent('''
     import sys
@@ -155,11 +158,12 @@ def main() -> int:
     names = ["aio fixed", "aio run", "aio meta+run", "sync meta+run", "rsinfer"]
     if args.before_src:
         names.append("rsinfer before")
+    names.append(AGAIN)
     with tempfile.TemporaryDirectory() as tmp:
         def start(name: str) -> Grpc:
             if name.startswith("rsinfer"):
                 return rsinfer(Path(tmp), args.before_src if name == "rsinfer before" else None)
-            return bare(name.replace(" ", "-"))
+            return bare("aio-run" if name == AGAIN else name.replace(" ", "-"))
 
         table = interleaved_floor(names, start, "calls/s", "call", "aio run", args.rounds, args.seconds)
     lines = ["", "## The floor of KServe gRPC in Python (`grpc_floor.py`)", "",

@@ -9,7 +9,9 @@ Servers, each in a process of its own on 127.0.0.1 (aiohttp on uvloop, no access
 - `aiohttp parse+run json` / `binary`: what any KServe server must do, and nothing else: the body parsed (orjson; the
   binary extension's header split off), the real `session.run` of add_one, the answer encoded, an `x-request-id`
   echoed or made - no validation, metrics, log line, deadline or timing headers;
-- `rsinfer json` / `binary`: `rsinfer serve` with the server's defaults (log level info: an access line a request).
+- `rsinfer json` / `binary`: `rsinfer serve` with the server's defaults (log level info: an access line a request);
+- `aiohttp request.json()+run, again`: the floor's own code in a second process, last in the order: its ratio to
+  the floor is what the same code reads in this run, the resolution of every other ratio.
 
     .venv/bin/python benchmarks/http_floor.py          # its section of benchmarks/RESULTS.md
     .venv/bin/python benchmarks/http_floor.py --before-src <checkout>/src   # another commit's rsinfer beside it
@@ -33,6 +35,7 @@ from grpc_floor import before_note
 from overhead import CLIENTS, config, kserve_binary, kserve_json
 
 ADD = SHARED / "tensor-models" / "add_one"
+AGAIN = "aiohttp request.json()+run, again"     # the floor in a second process: the same code's ratio
 
 SERVER = textwrap.dedent('''
     import asyncio, itertools, sys
@@ -134,23 +137,25 @@ def main() -> int:
              "rsinfer json", "rsinfer binary"]
     if args.before_src:
         names += ["rsinfer before json", "rsinfer before binary"]
+    names.append(AGAIN)
     modes = {"aiohttp fixed": "fixed", "aiohttp request.json()+run": "stdlib", "aiohttp parse+run json": "run",
-             "aiohttp parse+run binary": "run"}
+             "aiohttp parse+run binary": "run", AGAIN: "stdlib"}
     servers: dict[str, tuple[int, int, Callable[[], None]]] = {}   # one process per mode, JSON and binary alike
     with tempfile.TemporaryDirectory() as tmp:
         def start(name: str) -> Http:
             mode = ("rsinfer before" if name.startswith("rsinfer before") else "rsinfer") \
                 if name.startswith("rsinfer") else modes[name]
-            if mode not in servers:
+            key = name if name == AGAIN else mode     # the copy: a process of its own
+            if key not in servers:
                 if mode.startswith("rsinfer"):
                     before = mode == "rsinfer before"
                     models, server = config(1, free_port())     # overhead.py's: the defaults (and a gRPC bind)
                     srv = Serve(models, Path(tmp), server, name="http-floor-before" if before else "http-floor",
                                 log_level="info", src=args.before_src if before else None)
-                    servers[mode] = (int(srv.url.rsplit(":", 1)[1]), srv.proc.pid, srv.stop)
+                    servers[key] = (int(srv.url.rsplit(":", 1)[1]), srv.proc.pid, srv.stop)
                 else:
-                    servers[mode] = bare(mode)
-            port, pid, stop = servers[mode]
+                    servers[key] = bare(mode)
+            port, pid, stop = servers[key]
             return Http(port, name.endswith("binary"), pid, stop)
 
         table = interleaved_floor(names, start, "requests/s", "request", "aiohttp request.json()+run",
