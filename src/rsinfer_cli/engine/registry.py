@@ -165,12 +165,9 @@ class Registry:
         versions = self.entries.get(name)
         if versions is None:
             raise self.not_found(name)
-        first = versions[0]
-        if first.config.kind != kind and not families.answers(first.config.kind, kind):
+        if not families.answers(versions[0].kind, kind):
             raise KindMismatch(f"model '{name}' is {_a(versions[0].kind)} model but was used for {_a(kind)} request",
                                param="model", model=name)
-        if not version and name not in self.routers:     # (version_of's first answer: one call less a request)
-            return first
         return self.version_of(name, version)
 
     def version_of(self, name: str, version: str | None = None) -> LoadedModel:
