@@ -73,6 +73,24 @@ class TestParity:
         assert len(ids) == 512 and ids.count(102) == 2  # [SEP] after the whole query and at the end
         assert enc.type_ids[0][:8] == [0] * 8 and enc.type_ids[0][8] == 1  # the whole query, then the document
 
+    @pytest.mark.parametrize("direction", ["right", "left"])
+    def test_a_long_query_is_cut_once_and_scores_as_whole(self, reranker, direction):
+        """The query is tokenized once, cut to what a pair can keep (bounded_query): the scores and token counts are
+        those of the whole query against each document, over every truncation case (a short document keeps the
+        query longest, a long one splits max_len between them)."""
+        _, pipe, _ = reranker
+        rng = np.random.default_rng(7)
+        words = ["capital", "of", "France", "Paris", "weather,", "x9z", "naïve", "café", "über", "résumé", "(a)"]
+        query = " ".join(rng.choice(words, 3000))
+        docs = ["Paris is in France.", " ".join(rng.choice(words, 200)), " ".join(rng.choice(words, 700)),
+                " ".join(rng.choice(words, 255)), ""]
+        cut = pipe.bounded_query(query, direction)
+        assert len(cut) < len(query) // 4
+        whole = pipe.run(pipe.plan_pairs([query] * len(docs), docs, direction=direction))
+        once = pipe.run(pipe.plan_rerank(query, docs, direction=direction))
+        assert once.scores.tolist() == whole.scores.tolist()
+        assert (once.tokens, once.truncated) == (whole.tokens, whole.truncated)
+
     def test_query_longer_than_max_len_still_scores(self, reranker):
         _, pipe, _ = reranker
         res = pipe.rerank("query " * 600, ["short document"])

@@ -14,6 +14,7 @@
     ├── Saturated                     rate_limit_error    waiter budget of a model exhausted
     ├── PoolTimeout                   timeout_error       waited too long for a session slot
     ├── InferenceError                server_error        the forward failed
+    ├── DeadlinePassed                timeout_error       the request's work stopped at its deadline
     └── EngineUnavailable             server_error        the engine process is gone (503)
 
 Errors carry structure (`param`, `model`) and say what to do next; status codes live in the
@@ -21,6 +22,30 @@ transports, never here.
 """
 
 from __future__ import annotations
+
+import os
+import re
+
+# an absolute path in a message: its first folder must exist on this host (/srv, /home, /tmp, ...), so the routes
+# an error names (/v2/models/...) are never taken for one
+_PATH = re.compile(r"(?<![\w/:.~-])/[^\s'\"`:,;()<>\[\]{}]+")
+_LONG = re.compile(r"'([^']{129,})'")
+SHOWN_CHARS = 64
+
+
+def public_text(text: str) -> str:
+    """A message as a client may read it: an absolute path of this host becomes its last part (the model folder's
+    or file's name: `…/minilm`), the full path staying in the log; a quoted value longer than 128 characters (a
+    model name nobody has) is cut to its first 64 and its length."""
+    def path(m: re.Match[str]) -> str:
+        value = m.group()
+        parts = [p for p in value.split("/") if p]
+        if len(parts) < 2 or not os.path.isdir("/" + parts[0]):
+            return value
+        return "…/" + parts[-1]
+
+    text = _PATH.sub(path, text) if "/" in text else text
+    return _LONG.sub(lambda m: f"'{m.group(1)[:SHOWN_CHARS]}…' ({len(m.group(1))} characters)", text)
 
 
 class RsinferError(Exception):
@@ -34,6 +59,11 @@ class RsinferError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    @property
+    def public(self) -> str:
+        """The message without this host's paths or overlong values (public_text): what a client is told."""
+        return public_text(self.message)
 
 
 class ConfigError(RsinferError):
@@ -81,7 +111,7 @@ class UnknownModel(ModelNotFound):
 
     @property
     def triton(self) -> str:
-        return f"Request for unknown model: '{self.model}' is not found"
+        return public_text(f"Request for unknown model: '{self.model}' is not found")
 
 
 class Saturated(RsinferError):
@@ -113,3 +143,9 @@ class NotAllowed(RsinferError):
     """An operation this server's configuration turns off (the repository API without `server.model_control`)."""
 
     type = "permission_error"
+
+
+class DeadlinePassed(RsinferError):
+    """A request's work stopped at a checkpoint: its deadline passed or its caller went away (engine/cancel.py)."""
+
+    type = "timeout_error"

@@ -38,6 +38,8 @@ class RuntimeMetrics(CacheStats, Protocol):
 
     def outcome(self, model: str, version: str, ok: bool, seconds: float, record: RequestRecord | None) -> None: ...
 
+    def cpu(self, model: str, seconds: float) -> None: ...
+
     def observer(self, model: str, version: str = "") -> Observer: ...
 
     def with_cache(self, read_bytes: Callable[[], float] | None) -> None: ...
@@ -53,6 +55,9 @@ class Unobserved:
         pass
 
     def outcome(self, model: str, version: str, ok: bool, seconds: float, record: RequestRecord | None) -> None:
+        pass
+
+    def cpu(self, model: str, seconds: float) -> None:
         pass
 
     def error(self, backend: str) -> None:
@@ -196,7 +201,7 @@ class Runtime:
                 self.pipelines[key].identity()
         self._core = Inference(self.pipelines, self.queues, self.prep_executor, self.metrics or Unobserved(),
                                self.cache, settings.min_inference_ms if settings is not None else 0.0,
-                               self.inline_prep)
+                               self.inline_prep, self.config.server.request_timeout_ms / 1000)
         return self
 
     def queue_stats(self) -> list[tuple[str, str, int, int, int]]:
@@ -209,7 +214,10 @@ class Runtime:
             await drain
 
     async def close(self) -> None:
-        """The queues stopped (what still waits fails), the threads joined, the cache closed."""
+        """The queues stopped (what still waits fails), the work still running on threads told to stop, the threads
+        joined, the cache closed."""
+        if self._core is not None:
+            self._core.cancel_all()
         for task in list(self._retiring):
             task.cancel()
         for q in self.queues.values():

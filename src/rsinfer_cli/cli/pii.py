@@ -296,6 +296,8 @@ def _rules(patterns: Path | None, allow: Path | None) -> Any:
     if patterns is not None:
         try:
             data = yaml.safe_load(patterns.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"--patterns {patterns}: not UTF-8 text (byte {exc.start})") from None
         except (OSError, yaml.YAMLError) as exc:
             raise ConfigError(f"--patterns {patterns}: cannot read it: {exc}") from None
         if isinstance(data, dict) and "pii_patterns" in data:
@@ -310,6 +312,8 @@ def _rules(patterns: Path | None, allow: Path | None) -> Any:
     if allow is not None:
         try:
             values = [line.strip() for line in allow.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"--allow {allow}: not UTF-8 text (byte {exc.start})") from None
         except OSError as exc:
             raise ConfigError(f"--allow {allow}: cannot read it: {exc.strerror}") from None
     return Rules.of(compiled, values)

@@ -73,6 +73,9 @@ def quantize_cmd(
     optimize: bool = typer.Option(False, "--optimize", help="Run onnxruntime's transformer fusions first."),
     out: Path = typer.Option(None, "--out", help="Write this .onnx file instead of the name `dtype:` picks beside "
                                                  "the graph."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a file at the output's name that rsinfer "
+                                                              "quantize did not write (the folder's own "
+                                                              "model_quantized.onnx): refused without it."),
     into: Path = typer.Option(None, "--into", help="For a Hub repo: the folder to download it into (default: "
                                                    "./<repo name>)."),
     kind: str = typer.Option(None, "--kind", help="The family whose pipeline checks the result (default: from "
@@ -93,7 +96,7 @@ def quantize_cmd(
         raise ConfigError(f"--kind must be one of {', '.join(families.kinds())}, got '{kind}'")
     folder, source = _source(model, into)
     per_channel = (dtype == "int8") if per_channel is None else per_channel
-    done = quantize(source, dtype, per_channel=per_channel, optimize=optimize, out=out)
+    done = quantize(source, dtype, per_channel=per_channel, optimize=optimize, out=out, overwrite=overwrite)
     result: dict[str, Any] = {"source": str(done.source), "output": str(done.output), "dtype": dtype,
                               "per_channel": per_channel, "optimized": optimize, "bytes": done.bytes,
                               "source_bytes": done.source_bytes}

@@ -150,6 +150,9 @@ class WarmupConfig:
     requests: int = _opt(1, ge=1)
     # tensor models: the inputs of the warm-up request, by name (default: zeros of the signature's shapes)
     inputs: dict[str, WarmupInput] | None = None
+    # the most elements one warm-up input may have (its dims multiplied); more is refused at load, before anything
+    # is allocated
+    max_elements: int = _opt(16_777_216, gt=0)
 
 
 @dataclass(frozen=True)

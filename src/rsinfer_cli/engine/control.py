@@ -190,7 +190,7 @@ class ModelControl(Control):
             new = await self._read()
             entry = next((m for m in new.models if m.name == name), None)
             if entry is None:
-                raise ModelNotFound(f"model '{name}' is not in {self.file}", model=name)
+                raise ModelNotFound(f"model '{name}' is not in the configuration file", model=name)
             result = (await self._load_all({name: entry}, new))[name]
             if isinstance(result, BaseException):
                 raise result

@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError, ModelLoadError
 
@@ -71,13 +72,33 @@ def output_path(source: Path, dtype: str, optimize: bool, out: Path | None = Non
     return path
 
 
+MARK = "rsinfer.quantize"      # a metadata key of every graph rsinfer quantize writes: what it may write over
+
+
+def _header(path: Path) -> Any:
+    """The graph without its weights; ModelLoadError naming the file when it is not a readable ONNX graph."""
+    import onnx
+
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, onnx's own, OSError
+        raise ModelLoadError(f"{path} is not an ONNX graph onnx can read ({type(exc).__name__}: {exc})") from None
+
+
+def written_by_us(path: Path) -> bool:
+    """Whether `path` is a graph an earlier `rsinfer quantize` wrote (its MARK), not one the folder shipped."""
+    try:
+        return any(p.key == MARK for p in _header(path).metadata_props)
+    except ModelLoadError:
+        return False
+
+
 def graph_bytes(path: Path) -> int:
     """The graph file and the external data files it names."""
-    import onnx
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
     total = path.stat().st_size
-    model = onnx.load(str(path), load_external_data=False)
+    model = _header(path)
     seen: set[str] = set()
     for t in model.graph.initializer:
         if uses_external_data(t):
@@ -89,19 +110,22 @@ def graph_bytes(path: Path) -> int:
 
 
 def quantize(source: Path, dtype: str, *, per_channel: bool = False, optimize: bool = False,
-             out: Path | None = None) -> Quantized:
+             out: Path | None = None, overwrite: bool = False) -> Quantized:
     """Write `source` as `dtype` (optimized first with `optimize`) and return where it went. The work happens in a
     scratch folder beside the output, moved into place at the end: an interrupted run leaves no half graph under a
-    name the resolver would pick."""
+    name the resolver would pick. A file already at the target that rsinfer quantize did not write (the folder's
+    own model_quantized.onnx) is never replaced without `overwrite`."""
     require_onnx()
     source = source.absolute()
     target = output_path(source, dtype, optimize, out).absolute()
     if per_channel and dtype != "int8":
         raise ConfigError("--per-channel applies to --dtype int8")
+    if target.exists() and not overwrite and not written_by_us(target):
+        raise ConfigError(f"{target} exists and rsinfer quantize did not write it (the folder's own graph?): "
+                          "pass --overwrite to replace it, or --out FILE to write elsewhere")
     source_bytes = graph_bytes(source)
     external = source_bytes > PROTOBUF_LIMIT or source_bytes != source.stat().st_size
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".rsinfer-quantize-", dir=target.parent))
+    scratch = _scratch(target)
     try:
         # the converters print (stdout is the command's), and onnxruntime's symbolic shape inference, when it gives
         # up, leaves its temporary graph and a <uuid>.data copy of the weights in the working directory: they run
@@ -118,6 +142,15 @@ def quantize(source: Path, dtype: str, *, per_channel: bool = False, optimize: b
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return Quantized(source, target, dtype, per_channel, optimize, graph_bytes(target), source_bytes)
+
+
+def _scratch(target: Path) -> Path:
+    """The scratch folder beside `target` (its folder made); ConfigError naming --out when it cannot be written."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=".rsinfer-quantize-", dir=target.parent))
+    except OSError as exc:
+        raise ConfigError(f"cannot write {target}: {target.parent}: {exc.strerror or exc}") from None
 
 
 @contextlib.contextmanager
@@ -198,11 +231,14 @@ def _move(graph: Path, target: Path) -> None:
     from onnx.external_data_helper import uses_external_data
 
     model = onnx.load(str(graph), load_external_data=False)
+    tmp = target.with_name(f".{target.name}.partial")
     if not any(uses_external_data(t) for t in model.graph.initializer):
-        os.replace(graph, target)
+        onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, MARK: "1"})
+        onnx.save(model, str(tmp))
+        os.replace(tmp, target)
         return
     full = onnx.load(str(graph))            # weights in memory, written again under the target's own name
-    tmp = target.with_name(f".{target.name}.partial")
+    onnx.helper.set_model_props(full, {**{p.key: p.value for p in full.metadata_props}, MARK: "1"})
     onnx.save(full, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
               location=f"{target.name}_data")      # relative to the graph: beside the target
     os.replace(tmp, target)

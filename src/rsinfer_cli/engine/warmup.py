@@ -51,6 +51,7 @@ def tensor_feeds(graph: GraphInfo, cfg: WarmupConfig, max_batch: int) -> list[tu
             if info is None:
                 raise ModelLoadError(f"warmup.inputs.{name}: the model has no input '{name}' (inputs: "
                                      f"{', '.join(by_name)})")
+            _check_dims(name, info.shape, tuple(spec.dims), cfg.max_elements)
             feeds[name] = _values(info.dtype, tuple(spec.dims), spec.data, rng)
         shown = ", ".join(f"{n}{list(s.dims)}" for n, s in cfg.inputs.items())
         return [(shown, feeds)]
@@ -58,6 +59,23 @@ def tensor_feeds(graph: GraphInfo, cfg: WarmupConfig, max_batch: int) -> list[tu
     if max_batch > 1:
         out.append((f"batch {max_batch}", sample_feeds(graph, _batch_dims(graph, max_batch))))
     return out
+
+
+def _check_dims(name: str, shape: tuple[Any, ...], dims: tuple[int, ...], max_elements: int) -> None:
+    """A warm-up input's dims against the graph's shape (its rank, its fixed sizes) and `warmup.max_elements`,
+    before anything is allocated (ModelLoadError naming the key)."""
+    where = f"warmup.inputs.{name}.dims"
+    if shape and len(dims) != len(shape):
+        raise ModelLoadError(f"{where}: {list(dims)} has {len(dims)} dimensions; the input has {len(shape)} "
+                             f"({list(shape)})")
+    for i, (want, got) in enumerate(zip(shape, dims, strict=False)):
+        if isinstance(want, int) and want >= 0 and want != got:
+            raise ModelLoadError(f"{where}[{i}]: {got}, but the input's dimension {i} is fixed at {want} "
+                                 f"({list(shape)})")
+    elements = int(np.prod(dims, dtype=np.float64))
+    if elements > max_elements:
+        raise ModelLoadError(f"{where}: {list(dims)} is {elements:,} elements; at most {max_elements:,} "
+                             "(warmup.max_elements)")
 
 
 def _batch_dims(graph: GraphInfo, rows: int) -> dict[str, int]:

@@ -16,6 +16,7 @@ from concurrent.futures import Executor
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from ..engine.cache import Cache
+from ..engine.cancel import Token, running
 from ..engine.model import LoadedModel
 from ..engine.scheduler import REQUEST_RECORD, ModelQueue, RequestRecord, Runner, as_is
 from ..errors import ModelNotFound
@@ -39,13 +40,16 @@ class Observer(Protocol):
 
     def outcome(self, model: str, version: str, ok: bool, seconds: float, record: RequestRecord | None) -> None: ...
 
+    def cpu(self, model: str, seconds: float) -> None:
+        """The CPU time a request's tokenizing and post-processing took on their threads (a cancelled one's too)."""
+
 
 class Inference:
     """Every served model's way from a plan (`pipeline.plan_*`: tokenizing, → `Work`) to the answer."""
 
     def __init__(self, pipelines: dict[str, RowPipeline], queues: dict[str, ModelQueue], prep: Executor,
                  observer: Observer, cache: Cache | None = None, min_inference_ms: float = 0.0,
-                 inline_prep: bool = False) -> None:
+                 inline_prep: bool = False, timeout_s: float = 120.0) -> None:
         self.pipelines = pipelines
         self.queues = queues
         self.prep = prep                 # tokenizing and answers of batched requests
@@ -60,6 +64,10 @@ class Inference:
         self.in_flight = 0               # all of them
         # versions a reload replaced or removed, by id, with their pipeline and queue: what they still hold finishes
         self.retiring: dict[int, tuple[RowPipeline, ModelQueue]] = {}
+        # a request's tokenizing and post-processing stop at its deadline (server.request_timeout_ms) or when its
+        # caller goes away (engine/cancel.py); `tokens`: those of the requests in flight, cancelled by `cancel_all`
+        self.timeout_s = timeout_s
+        self.tokens: set[Token] = set()
 
     async def infer(self, model: LoadedModel, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args,
                     **kwargs: PlanArgs.kwargs) -> R:
@@ -86,48 +94,54 @@ class Inference:
         # the request counted in flight (what a reload waits for, what `_still_alone` reads) unless it runs now:
         # from here to its answer without an await, so nothing else runs while it does and nobody could read it
         now = not cached and queue.now()
+        token = Token(self.timeout_s)
         if not now:
             busy = self.busy
             ident = id(model)
             busy[ident] = busy.get(ident, 0) + 1
             self.in_flight += 1
+            self.tokens.add(token)
         t0 = time.perf_counter()
         ok = False
         try:     # the request's paths written out here: a coroutine of their own would cost every request one
             if cached:
-                result: R = await self._cached(model, pipe, queue, _stamped(plan, stats), args, kwargs)
+                result: R = await self._cached(model, pipe, queue, _stamped(plan, stats), args, kwargs, token)
                 ok = True
                 return result
             if now:
                 if stats is None:       # no record to stamp (a gRPC call): the plan and the answer, no wrapper
-                    work = plan(*args, **kwargs)
-                    result = work.finish(queue.run_now(work.rows, work.costs))
+                    work = running(token, plan, *args, **kwargs)
+                    result = running(token, work.finish, queue.run_now(work.rows, work.costs))
                 else:
-                    work = _planned(plan, stats, args, kwargs)
-                    result = _finish(work, queue.run_now(work.rows, work.costs), stats)
+                    work = running(token, _planned, plan, stats, args, kwargs)
+                    result = running(token, _finish, work, queue.run_now(work.rows, work.costs), stats)
             elif stats is not None and stats.body_bytes is not None and stats.body_bytes <= INLINE_BYTES \
                     and queue.lone() and await self._still_alone(queue):
-                work = _planned(plan, stats, args, kwargs)     # a small body: tokenized here, then
+                work = running(token, _planned, plan, stats, args, kwargs)     # a small body: tokenized here, then
                 if queue.lone(len(work.rows), work.costs[0] if work.rows else 0):   # one short row: its forward too
-                    result = _finish(work, queue.run_now(work.rows, work.costs, lone=True), stats)
+                    result = running(token, _finish, work, queue.run_now(work.rows, work.costs, lone=True), stats)
                 else:
-                    result = await queue.run(functools.partial(pipe.run, work))
+                    result = await queue.run(functools.partial(running, token, pipe.run, work))
             else:
                 plan = _stamped(plan, stats)
                 if self.inline_prep:
                     body = stats.body_bytes if stats is not None else None
                     loop = asyncio.get_running_loop()
                     if body is not None and body <= INLINE_BYTES:
-                        work = plan(*args, **kwargs)
-                        result = _finish(work, await queue.submit(work.rows, work.costs, as_is), stats)
-                    else:
-                        work = await loop.run_in_executor(self.prep, functools.partial(plan, *args, **kwargs))
+                        work = running(token, plan, *args, **kwargs)
                         outputs = await queue.submit(work.rows, work.costs, as_is)
-                        result = await loop.run_in_executor(self.prep, _finish, work, outputs, stats)
+                        result = running(token, _finish, work, outputs, stats)
+                    else:
+                        work = await loop.run_in_executor(self.prep, functools.partial(running, token, plan, *args,
+                                                                                       **kwargs))
+                        outputs = await queue.submit(work.rows, work.costs, as_is)
+                        result = await loop.run_in_executor(self.prep, running, token, _finish, work, outputs, stats)
                 elif queue.batching and not queue.free:
                     loop = asyncio.get_running_loop()
-                    work = await loop.run_in_executor(self.prep, functools.partial(plan, *args, **kwargs))
-                    result = await queue.submit(work.rows, work.costs, functools.partial(_finish, work, stats=stats))
+                    work = await loop.run_in_executor(self.prep, functools.partial(running, token, plan, *args,
+                                                                                   **kwargs))
+                    result = await queue.submit(work.rows, work.costs,
+                                                functools.partial(running, token, _finish, work, stats=stats))
                 else:
                     planned: list[Work[R]] = []
                     whole_plan = plan
@@ -136,13 +150,17 @@ class Inference:
                         planned.append(whole_plan(*args, **kwargs))
                         return pipe.run(planned[0], runner)
 
-                    result = await queue.run(whole)
+                    result = await queue.run(functools.partial(running, token, whole))
                     work = planned[0]
             self._observed(model, work.timing, stats)
             ok = True
             return result
+        except asyncio.CancelledError:    # its deadline or its caller's leaving: what runs of it on a thread stops
+            token.cancelled = True
+            raise
         finally:
             if not now:
+                self.tokens.discard(token)
                 self.in_flight -= 1
                 n = busy[ident] - 1
                 if n:
@@ -150,7 +168,14 @@ class Inference:
                 else:
                     del busy[ident]
             config = model.config      # (as in _observed)
+            if token.cpu_s:
+                self.observer.cpu(config.name, token.cpu_s)
             self.observer.outcome(config.name, config.version or "", ok, time.perf_counter() - t0, stats)
+
+    def cancel_all(self) -> None:
+        """Every request in flight told to stop its work at its next checkpoint (the server is closing)."""
+        for token in self.tokens:
+            token.cancelled = True
 
     async def _still_alone(self, queue: ModelQueue) -> bool:
         """Whether a request that would run alone still would once the requests that came in with it have started:
@@ -174,7 +199,7 @@ class Inference:
         return work.finish(split.merge(outs))
 
     async def _cached(self, model: LoadedModel, pipe: RowPipeline, queue: ModelQueue, plan: Callable[..., Work[R]],
-                      args: Any, kwargs: Any) -> R:
+                      args: Any, kwargs: Any, token: Token) -> R:
         """Rows already in the cache are not run again: the missing ones go through the scheduler like any other
         rows (batched with other requests'), and the answer is built from all of them in the request's order."""
         assert self.cache is not None
@@ -186,19 +211,19 @@ class Inference:
             work = plan(*args, **kwargs)
             return work, pipe.row_keys(work)
 
-        work, keys = await loop.run_in_executor(self.prep, keyed)
+        work, keys = await loop.run_in_executor(self.prep, running, token, keyed)
         split = Cached(work, await cache.aget_many(keys), keys)
         if stats is not None:
             stats.cache = split.status
         self.observer.cache_lookup(model.name, len(work.rows) - split.misses, split.misses)
         if not split.missing:
-            result: R = await loop.run_in_executor(self.prep, _finish, work, split.outputs, stats)
+            result: R = await loop.run_in_executor(self.prep, running, token, _finish, work, split.outputs, stats)
         else:
             def finish(outs: list[Any]) -> tuple[list[Any], R]:
                 return outs, _finish(work, split.merge(outs), stats)
 
             t0 = time.perf_counter()
-            outs, result = await queue.submit(split.rows, split.costs, finish)
+            outs, result = await queue.submit(split.rows, split.costs, functools.partial(running, token, finish))
             if (time.perf_counter() - t0) * 1000 >= self.min_inference_ms:  # only what was worth computing
                 await cache.aset_many(split.entries(keys, outs))
         self._observed(model, work.timing, stats)

@@ -11,6 +11,7 @@ import hashlib
 import re
 import secrets
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,12 +19,14 @@ from typing import Any
 import numpy as np
 
 from ..config import opt
+from ..engine.cancel import checkpoint
 from ..engine.model import LoadedModel
-from ..errors import InputError, ModelLoadError
+from ..errors import InputError, ModelLoadError, PayloadTooLarge
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, softmax
 from .pii_rules import Found, Pattern, PatternSpec, Rules
 from .recognizers import DEFAULT_RECOGNIZERS, ID_REGIONS, RECOGNIZERS, check_regions, recognize, scan
 from .recognizers import TYPES as RECOGNIZED
+from .spans import EVERY, Containers, Taken
 from .text import Encoded, TextPipeline
 
 MODES = ("mask", "remove", "replace", "hash")
@@ -218,18 +221,24 @@ def decode(text: str, offsets: Sequence[tuple[int, int]], label_ids: Array, prob
     address), fragments of one type that then meet are merged, and of spans with the same range the most
     probable type is kept."""
     merged: list[list[Any]] = []  # [type, start, end, probs], sorted by start
-    for etype, a, b, ps in _bioes(offsets, label_ids, probs, labels, threshold):
+    # the last merged span of each type: spans come in token order and widening to whole words keeps their starts
+    # in order, so one that meets an earlier span of its type meets the last of that type (one look, not a scan)
+    last: dict[str, list[Any]] = {}
+    for i, (etype, a, b, ps) in enumerate(_bioes(offsets, label_ids, probs, labels, threshold)):
+        if not i % EVERY:
+            checkpoint()
         piece = text[a:b]
         a, b = a + len(piece) - len(piece.lstrip()), b - (len(piece) - len(piece.rstrip()))
         if a >= b:
             continue
         a, b = whole_words(text, a, b)
-        same = next((m for m in reversed(merged) if m[0] == etype and a <= m[2] and m[1] <= b), None)
-        if same is not None:
+        same = last.get(etype)
+        if same is not None and a <= same[2] and same[1] <= b:
             same[1], same[2] = min(same[1], a), max(same[2], b)
-            same[3] = same[3] + list(ps)
+            same[3].extend(ps)
         else:
-            merged.append([etype, a, b, list(ps)])
+            last[etype] = span = [etype, a, b, list(ps)]
+            merged.append(span)
     best: dict[tuple[int, int], Entity] = {}
     for etype, a, b, ps in merged:
         e = Entity(etype, text[a:b], float(np.mean(ps)), a, b)
@@ -248,12 +257,10 @@ def with_recognized(text: str, model: list[Entity], names: Sequence[str],
                for m in found]
     if not model:
         return matches
-
-    def within(e: Entity) -> bool:
-        return any(a <= e.start and e.end <= b and ((a, b) != (e.start, e.end) or e.entity_type in PHONE_LABELS)
-                   for a, b in spans)
-
-    kept = [e for e in model if not any(e.start < m.end and m.start < e.end for m in matches) and not within(e)]
+    taken = Taken.of(len(text), ((m.start, m.end) for m in matches))
+    shaped = Containers(spans)
+    kept = [e for e in model if not taken.overlaps(e.start, e.end)
+            and not shaped.holds(e.start, e.end, e.entity_type in PHONE_LABELS)]
     return sorted(kept + matches, key=lambda e: (e.start, e.end))
 
 
@@ -269,10 +276,14 @@ def with_rules(text: str, entities: list[Entity], rules: Rules, threshold: float
     if not found:
         return entities
     matches: list[Entity] = []
-    for f in found:
-        if not any(f.start < m.end and m.start < f.end for m in matches):
+    taken = Taken(len(text))
+    for i, f in enumerate(found):
+        if not i % EVERY:
+            checkpoint()
+        if not taken.overlaps(f.start, f.end):
+            taken.take(f.start, f.end)
             matches.append(Entity(f.entity_type, text[f.start:f.end], f.score, f.start, f.end, source=f.source))
-    kept = [e for e in entities if not any(e.start < m.end and m.start < e.end for m in matches)]
+    kept = [e for e in entities if not taken.overlaps(e.start, e.end)]
     return sorted(kept + matches, key=lambda e: (e.start, e.end))
 
 
@@ -364,13 +375,18 @@ def merge_addresses(text: str, entities: Sequence[Entity], weak: Callable[[int, 
             out.extend(group)
         group.clear()
 
-    for e in ordered:
+    end = 0                      # the end of the group's furthest part
+    for i, e in enumerate(ordered):
+        if not i % EVERY:
+            checkpoint()
         if e.entity_type in ADDRESS_PARTS:
-            if group and (e.start < group[-1].end or _gap_ok(text, max(x.end for x in group), e.start, weak)):
+            if group and (e.start < group[-1].end or _gap_ok(text, end, e.start, weak)):
                 group.append(e)
+                end = max(end, e.end)
                 continue
             flush()
             group.append(e)
+            end = e.end
         else:
             flush()
             out.append(e)
@@ -401,6 +417,9 @@ def redact_spans(text: str, entities: Sequence[Entity], mode: str = "mask", mask
         raise InputError(f"unknown redact mode '{mode}' (one of {', '.join(MODES)})", param="mode")
     if len(mask_char) != 1:
         raise InputError("`mask_char` must be a single character", param="mask_char")
+    if replacement is not None and len(replacement) > MAX_REPLACEMENT_CHARS:
+        raise InputError(f"`replacement` has {len(replacement)} characters; at most {MAX_REPLACEMENT_CHARS}",
+                         param="replacement")
 
     def new_value(e: Entity, value: str) -> str:
         if mode == "mask":
@@ -411,18 +430,34 @@ def redact_spans(text: str, entities: Sequence[Entity], mode: str = "mask", mask
             return hashlib.sha256(salt + value.encode("utf-8")).hexdigest()[:16]
         return ""
 
-    out, done = rewrite(text, entities, new_value)
+    out, done = rewrite(text, entities, new_value, "replacement" if mode == "replace" else "mode")
     return out, [Redacted(e.entity_type, e.score, e.start, e.end, new, a, b) for e, new, a, b in done]
 
 
-def rewrite(text: str, entities: Sequence[Entity], new_value: Callable[[Entity, str], str]
+# a redacted text is at most ANSWER_GROWTH times its input plus ANSWER_SLACK characters: replacements longer than
+# what they stand in for (a template, a hash) cannot turn a small request into a huge answer (a 209 KB body of
+# one-letter spans with a 2 KB `replacement` was a 400 MB answer); past it, a 413 says so before the text is built
+ANSWER_GROWTH = 4
+ANSWER_SLACK = 4096
+MAX_REPLACEMENT_CHARS = 200     # a replacement template (`replacement`, Presidio's `new_value`)
+
+
+def answer_limit(text: str) -> int:
+    return ANSWER_GROWTH * len(text) + ANSWER_SLACK
+
+
+def rewrite(text: str, entities: Sequence[Entity], new_value: Callable[[Entity, str], str], param: str = "mode"
             ) -> tuple[str, list[tuple[Entity, str, int, int]]]:
     """The text with each (overlap-resolved) entity's value replaced by `new_value(entity, value)`, and for each
-    entity what now stands in its place and where: (entity, new value, start, end in the new text)."""
+    entity what now stands in its place and where: (entity, new value, start, end in the new text). PayloadTooLarge
+    (naming `param`, what made it grow) when the new text would pass `answer_limit`."""
     out: list[str] = []
     done: list[tuple[Entity, str, int, int]] = []
     pos = length = 0
-    for e in resolve_overlaps(entities):
+    limit = answer_limit(text)
+    for i, e in enumerate(resolve_overlaps(entities)):
+        if not i % EVERY:
+            checkpoint()
         before = text[pos:e.start]
         out.append(before)
         length += len(before)
@@ -430,6 +465,10 @@ def rewrite(text: str, entities: Sequence[Entity], new_value: Callable[[Entity, 
         out.append(new)
         done.append((e, new, length, length + len(new)))
         length += len(new)
+        if length > limit:
+            raise PayloadTooLarge(f"the redacted text would be longer than {limit} characters ({ANSWER_GROWTH}x its "
+                                  f"input of {len(text)}, plus {ANSWER_SLACK}): the replacements are longer than the "
+                                  f"spans they stand in for; use a shorter `{param}` value, or mask", param=param)
         pos = e.end
     out.append(text[pos:])
     return "".join(out), done
@@ -568,10 +607,13 @@ class PiiPipeline(TextPipeline):
 
         return Encoded(ids=ids, type_ids=type_ids), per_text
 
-    def check_options(self, threshold: float | None, types: Sequence[str] | None, rules: Rules | None = None) -> None:
-        """`threshold` in [0, 1] and `types` among what the model, the recognizers and the rules can find
-        (InputError)."""
+    def check_options(self, threshold: float | None, types: Sequence[str] | None, rules: Rules | None = None,
+                      texts: Sequence[str] = ()) -> None:
+        """`threshold` in [0, 1], `types` among what the model, the recognizers and the rules can find, and a
+        request's own patterns within their work limit over `texts` (InputError)."""
         check_threshold(threshold)
+        if rules is not None:
+            rules.check_work(texts)
         if types is not None:
             known = set(self.types) | set(rules.types if rules is not None else ())
             unknown = [t for t in types if t not in known]
@@ -588,6 +630,7 @@ class PiiPipeline(TextPipeline):
             keep.add("ADDRESS")             # an address asked for by its parts comes whole
         found = []
         for text, (enc, probs) in zip(texts, per_text, strict=True):
+            checkpoint()
             ents = decode(text, enc.offsets, probs.argmax(axis=-1), probs.max(axis=-1), self.labels, thr) \
                 if len(probs) else []
             if not rules.empty:
@@ -602,19 +645,24 @@ class PiiPipeline(TextPipeline):
     def _weak(self, offsets: Sequence[tuple[int, int]], probs: Array) -> Callable[[int, int], bool]:
         """Whether a token within [a, b) has an address label with at least address_gap_threshold probability."""
         address: list[float] = []     # summed on the first question: most texts have no gap to judge
+        ends = [e for _, e in offsets]     # the tokens' ends, in order (pieces do not overlap)
 
         def weak(a: int, b: int) -> bool:
             if not address:
                 address.extend(probs[:, self.address_columns].sum(axis=-1).tolist())
-            return any(s < b and a < e and p >= self.gap_threshold
-                       for (s, e), p in zip(offsets, address, strict=False))
+            i = bisect_right(ends, a)      # the first token ending after a
+            while i < len(ends) and offsets[i][0] < b:
+                if offsets[i][1] > a and address[i] >= self.gap_threshold:
+                    return True
+                i += 1
+            return False
 
         return weak
 
     def plan_detect(self, texts: Sequence[str], threshold: float | None = None,
                     types: Sequence[str] | None = None, rules: Rules | None = None) -> Work[Detection]:
         """`rules`: a request's own patterns, allow and deny lists (pii_rules.request_rules), beside the entry's."""
-        self.check_options(threshold, types, rules)
+        self.check_options(threshold, types, rules, texts)
         timing = Timing()
         enc, per_text = self.plan_probs(texts, timing)
         return self.work(enc, lambda rows: Detection(self._entities(texts, per_text(rows), threshold, types, rules),
@@ -624,8 +672,8 @@ class PiiPipeline(TextPipeline):
                     replacement: str | None = None, threshold: float | None = None,
                     types: Sequence[str] | None = None, salt: bytes | None = None,
                     rules: Rules | None = None) -> Work[Redaction]:
-        redact("", [], mode, mask_char)  # validate the options before any work
-        self.check_options(threshold, types, rules)
+        redact("", [], mode, mask_char, replacement)  # validate the options before any work
+        self.check_options(threshold, types, rules, texts)
         key = self.salt if salt is None else salt
         timing = Timing()
         enc, per_text = self.plan_probs(texts, timing)

@@ -26,15 +26,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import opt
+from ..engine.cancel import checkpoint
 from ..errors import InputError
+from .spans import EVERY
 
 CONTEXT_BOOST = 0.35          # Presidio's context_similarity_factor
 CONTEXT_WORDS = 5             # words before a match searched for context (Presidio's prefix count)
 MAX_PATTERNS = 32             # per request
 MAX_REGEXES = 8               # per pattern
 MAX_REGEX_CHARS = 1000
-MAX_VALUES = 1000             # allow or deny values per request, each of at most
+MAX_VALUES = 1000             # allow values, and deny values of all types together, per request, each of at most
 MAX_VALUE_CHARS = 200
+# a request's regular expression over a text: its RE2 program size x the text's characters. RE2 is linear in the
+# text but, when its DFA runs out of memory, proportional to the program too: 8 ns per unit measured for a 4,925-
+# instruction program over 100,000 characters (3.9 s). 250M units is ~2 s at that worst; a usual id pattern
+# (10-50 instructions) passes over any text max_text_chars allows
+MAX_REGEX_WORK = 250_000_000
+DENY_WINDOW = 65_536          # the deny list's scan is checked against the deadline every this many characters
 _WORD = re.compile(r"\w+")
 
 
@@ -76,12 +84,21 @@ def _validator(name: str, where: str) -> Callable[[str], bool]:
     except (ImportError, AttributeError):
         raise InputError(f"{where}.validator: python-stdnum has no module '{module}' with is_valid",
                          param=f"{where}.validator") from None
-    if name == "luhn":
-        return lambda value: bool(valid(re.sub(r"\D", "", value)))
-    return lambda value: bool(valid(value))
+    digits_only = name == "luhn"
+
+    def check(value: str) -> bool:
+        """A value the validator cannot judge (python-stdnum raising on a 5,000-digit match) is not valid."""
+        try:
+            return bool(valid(re.sub(r"\D", "", value) if digits_only else value))
+        except Exception:  # noqa: BLE001 - a validator's failure is its verdict on this value, never the request's
+            return False
+
+    return check
 
 
-def compile_re2(expr: str, where: str) -> Any:
+def compile_re2(expr: str, where: str, spans_only: bool = False) -> Any:
+    """`spans_only`: no capturing groups (RE2's never_capture) - only where a match's span is all that is read: RE2
+    then finds it with its DFA alone, without the submatch engine (`(.*a){20}` over 100k characters: 100 -> 1 ms)."""
     import re2
 
     if len(expr) > MAX_REGEX_CHARS:
@@ -89,6 +106,7 @@ def compile_re2(expr: str, where: str) -> Any:
                          param=where)
     options = re2.Options()
     options.log_errors = False           # the error is ours to report, not RE2's to print on stderr
+    options.never_capture = spans_only
     try:
         return re2.compile(expr, options)
     except re2.error as exc:   # RE2 says why: a backreference, a lookaround, a syntax error
@@ -108,16 +126,31 @@ class Pattern:
                              param=f"{where}.regex")
         self.name = spec.name or spec.entity_type
         self.entity_type = spec.entity_type
-        self.regexes = [compile_re2(r, f"{where}.regex[{i}]") for i, r in enumerate(spec.regex)]
+        self.where = where
+        self.regexes = [compile_re2(r, f"{where}.regex[{i}]", spans_only=True) for i, r in enumerate(spec.regex)]
         self.valid = _validator(spec.validator, where) if spec.validator else None
         self.context = frozenset(unicodedata.normalize("NFKC", w).casefold() for w in spec.context)
         self.score = spec.score
+
+    def check_work(self, chars: int) -> None:
+        """InputError naming the expression whose program over a text of `chars` characters is past
+        MAX_REGEX_WORK."""
+        for i, rx in enumerate(self.regexes):
+            if rx.programsize * chars > MAX_REGEX_WORK:
+                where = f"{self.where}.regex[{i}]"
+                raise InputError(f"{where}: an RE2 program of {rx.programsize} instructions over a text of {chars} "
+                                 f"characters is past the limit of {MAX_REGEX_WORK:,} instruction-characters per "
+                                 "expression; simplify the expression (bounded repeats inside repeats grow its "
+                                 "program) or send shorter texts", param=where.split("[")[0])
 
     def find(self, text: str) -> list[Found]:
         out: list[Found] = []
         seen: set[tuple[int, int]] = set()
         for rx in self.regexes:
-            for m in rx.finditer(text):
+            checkpoint()
+            for n, m in enumerate(rx.finditer(text)):
+                if not n % EVERY:
+                    checkpoint()
                 a, b = m.span()
                 if a == b or (a, b) in seen:
                     continue
@@ -171,10 +204,16 @@ class Rules:
 
     def found(self, text: str) -> list[Found]:
         """The deny list's values (score 1.0) and the patterns' matches in `text`."""
-        out = [Found(t, *m.span(), 1.0) for t, rx in self.deny for m in rx.finditer(text)]
+        out = [Found(t, a, b, 1.0) for t, rx in self.deny for a, b in _windowed(rx, text)]
         for p in self.patterns:
             out.extend(p.find(text))
         return out
+
+    def check_work(self, texts: Sequence[str]) -> None:
+        """A request's patterns held to MAX_REGEX_WORK over its longest text (InputError naming the expression)."""
+        longest = max(map(len, texts), default=0)
+        for p in self.patterns:
+            p.check_work(longest)
 
     def allowed(self, value: str) -> bool:
         if self.allow_values and normalise(value) in self.allow_values:
@@ -189,6 +228,26 @@ class Rules:
     def merged(self, other: Rules) -> Rules:
         return Rules(self.patterns + other.patterns, self.allow_values | other.allow_values,
                      self.allow_regexes + other.allow_regexes, self.deny + other.deny)
+
+
+def _windowed(rx: re.Pattern[str], text: str) -> list[tuple[int, int]]:
+    """rx.finditer(text)'s spans, the same ones, found window by window of DENY_WINDOW characters with a deadline
+    checkpoint between windows (one finditer over a 1,000,000-character text with 1,000 values is ~12 s of CPU that
+    nothing could stop). A deny value is at most MAX_VALUE_CHARS long, so a match that starts in a window is decided
+    by the characters up to MAX_VALUE_CHARS + 1 past it; its lookbehind sees the text before the window."""
+    out: list[tuple[int, int]] = []
+    n, pos = len(text), 0
+    while pos < n:
+        checkpoint()
+        stop = min(n, pos + DENY_WINDOW)
+        reach = n if stop == n else min(n, stop + MAX_VALUE_CHARS + 2)
+        for m in rx.finditer(text, pos, reach):
+            if m.start() >= stop:
+                break
+            out.append(m.span())
+            stop = max(stop, m.end())
+        pos = stop
+    return out
 
 
 def request_rules(patterns: Sequence[Mapping[str, Any]] | None, allow: Sequence[str] | None, allow_match: str,
@@ -209,6 +268,10 @@ def request_rules(patterns: Sequence[Mapping[str, Any]] | None, allow: Sequence[
         if len(vals) > MAX_VALUES or any(len(v) > MAX_VALUE_CHARS or not v for v in vals):
             raise InputError(f"{what}: at most {MAX_VALUES} values of 1 to {MAX_VALUE_CHARS} characters",
                              param=what.split(".")[0])
+    total = sum(map(len, denied.values()))
+    if total > MAX_VALUES:
+        raise InputError(f"deny_list: {total} values over {len(denied)} entity types; at most {MAX_VALUES} a "
+                         "request, all types together", param="deny_list")
     for t in denied:
         if not re.fullmatch(r"[A-Z][A-Z0-9_]*", t):
             raise InputError(f"deny_list: '{t}' is not an entity type (capitals, digits and underscores)",
@@ -224,8 +287,8 @@ def spec_of(raw: Mapping[str, Any], where: str) -> PatternSpec:
     etype = raw.get("entity_type", raw.get("supported_entity"))
     regex, score = _regexes(raw)
     if not isinstance(etype, str) or regex is None:
-        raise InputError(f"{where}: needs `entity_type` (a string) and `regex` (a string or a list of strings)",
-                         param=where)
+        raise InputError(f"{where}: needs `entity_type` (a string) and `regex` (a string or a list of strings), "
+                         "or Presidio's `patterns` ([{regex, score}], each score a number)", param=where)
     context = raw.get("context") or []
     if not _strings(context):
         raise InputError(f"{where}.context: a list of words", param=f"{where}.context")
@@ -238,6 +301,10 @@ def spec_of(raw: Mapping[str, Any], where: str) -> PatternSpec:
                        validator=validator, context=tuple(context), score=0.85 if score is None else float(score))
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
@@ -247,9 +314,11 @@ def _regexes(raw: Mapping[str, Any]) -> tuple[list[str] | None, Any]:
     list (the score is its highest); None when they are not strings."""
     regex, score = raw.get("regex"), raw.get("score")
     if regex is None and isinstance(raw.get("patterns"), list):
-        items = [p for p in raw["patterns"] if isinstance(p, Mapping)]
+        items = raw["patterns"]
+        if not all(isinstance(p, Mapping) and (p.get("score") is None or _number(p["score"])) for p in items):
+            return None, score       # "needs `regex`": each of Presidio's patterns is {regex, score: a number}
         regex = [p.get("regex") for p in items]
-        scores = [float(p["score"]) for p in items if isinstance(p.get("score"), (int, float))]
+        scores = [float(p["score"]) for p in items if p.get("score") is not None]
         if score is None and scores:
             score = max(scores)
     if isinstance(regex, str):

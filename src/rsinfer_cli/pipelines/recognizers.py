@@ -17,6 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine.cancel import checkpoint
+from .spans import EVERY, Taken
+
 RECOGNIZERS = ("email", "url", "ip_address", "ssn", "credit_card", "phone", "iban", "national_id")
 DEFAULT_RECOGNIZERS = ("email", "url", "ip_address", "ssn", "credit_card", "phone", "iban")
 TYPES = {"email": "EMAIL", "url": "URL", "ip_address": "IP_ADDRESS", "ssn": "SSN", "credit_card": "CREDIT_CARD_NUMBER",
@@ -126,6 +129,7 @@ def _phones(text: str, regions: Sequence[str], shaped: Shaped) -> list[Match]:
     # ZZ: the numbers written with their + country code, whatever the regions (none without a +)
     for region in (*regions, "ZZ") if "+" in text else regions:
         for m in phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.VALID):
+            checkpoint()                 # libphonenumber's matcher is slow: each match is worth the look
             start = m.start
             if text[start] == "(" and m.raw_string.count("(") > m.raw_string.count(")"):
                 start += 1       # "(0121 234 5309)": the matcher keeps the opening bracket, not the closing one
@@ -140,6 +144,7 @@ def _ibans(text: str, regions: Sequence[str], shaped: Shaped) -> list[Match]:
 
     out: list[Match] = []
     for m in _IBAN.finditer(text):
+        checkpoint()
         shaped.append(("IBAN", *m.span()))
         value, start = m.group(), m.start()
         for end in range(len(value), 14, -1):     # the longest prefix that validates: a group after it is not its
@@ -188,6 +193,7 @@ def _national_ids(text: str, regions: Sequence[str], shaped: Shaped) -> list[Mat
     for region in regions:
         for scheme, pattern, valid in _SCHEMES.get(region, ()):
             for m in pattern.finditer(text):
+                checkpoint()
                 shaped.append(("NATIONAL_ID", *m.span()))
                 if valid(m.group()):
                     out.append(Match("NATIONAL_ID", *m.span(), scheme=scheme))
@@ -224,15 +230,20 @@ def scan(text: str, names: Sequence[str], regions: Sequence[str] = ("US",)
     found: list[tuple[int, Match]] = []
     shaped: Shaped = []
     for name in names:
+        checkpoint()
         found.extend((PRIORITY[name], m) for m in FINDERS[name](text, regions, shaped))
     found.sort(key=lambda pm: (pm[0], -(pm[1].end - pm[1].start), pm[1].start))
     # digits inside something shaped like an IBAN whose check failed are a mistyped IBAN, not a phone or an id
-    ibans = [(a, b) for kind, a, b in shaped if kind == "IBAN"]
+    ibans = Taken.of(len(text), ((a, b) for kind, a, b in shaped if kind == "IBAN"))
+    taken = Taken(len(text))
     kept: list[Match] = []
-    for _, m in found:
-        if m.entity_type != "IBAN" and any(m.start < b and a < m.end for a, b in ibans):
+    for i, (_, m) in enumerate(found):
+        if not i % EVERY:
+            checkpoint()
+        if m.entity_type != "IBAN" and ibans.overlaps(m.start, m.end):
             continue
-        if not any(m.start < k.end and k.start < m.end for k in kept):
+        if not taken.overlaps(m.start, m.end):
+            taken.take(m.start, m.end)
             kept.append(m)
     return sorted(kept, key=lambda m: (m.start, m.end)), [(a, b) for _, a, b in shaped]
 

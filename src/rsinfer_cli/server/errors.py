@@ -8,6 +8,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..errors import (
+    DeadlinePassed,
     EngineUnavailable,
     InferenceError,
     InputError,
@@ -53,6 +54,7 @@ STATUS: dict[type[BaseException], tuple[int, str]] = {
     Unauthorized: (401, "authentication_error"),
     NotAllowed: (403, "permission_error"),
     RequestTimeout: (408, "timeout_error"),
+    DeadlinePassed: (408, "timeout_error"),
     Saturated: (429, "rate_limit_error"),
     RateLimited: (429, "rate_limit_error"),
     PoolTimeout: (503, "timeout_error"),
@@ -83,7 +85,7 @@ def error_response(status: int, message: str, type_: str, param: str | None = No
 def kserve_message(exc: RsinferError) -> str:
     """An error's message on a KServe front (REST and gRPC): Triton's own words where its clients check them (its
     examples test that an unknown model's error starts with "Request for unknown model")."""
-    return exc.triton if isinstance(exc, UnknownModel) else exc.message
+    return exc.triton if isinstance(exc, UnknownModel) else exc.public
 
 
 def response_for(exc: BaseException, kserve: bool = False) -> web.Response:
@@ -106,7 +108,7 @@ def response_for(exc: BaseException, kserve: bool = False) -> web.Response:
             headers = {"WWW-Authenticate": 'Bearer realm="rsinfer"'}
         if isinstance(exc, RateLimited):
             headers = None      # Retry-After and RateLimit-* come with every limited answer (app._no_banner)
-        return error_response(status, exc.message, type_, exc.param, headers)
+        return error_response(status, exc.public, type_, exc.param, headers)
     if isinstance(exc, web.HTTPException):
         status = exc.status
         if isinstance(exc, web.HTTPRequestEntityTooLarge):

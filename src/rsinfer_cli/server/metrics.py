@@ -227,6 +227,9 @@ class Metrics:
                                         HTTP_BUCKETS)
         self.postprocess = self._histogram("rsinfer_postprocess_seconds", "Answer building time per request", mv,
                                            STAGE_BUCKETS)
+        self.request_cpu = self._histogram("rsinfer_request_cpu_seconds", "CPU time of a request's tokenizing and "
+                                           "answer building on their threads (a cancelled request's too: work "
+                                           "that went on after its answer shows here)", ["model"], STAGE_BUCKETS)
         self._outcome: dict[tuple[str, str, bool], tuple[Any, Any]] = {}
         self.last_request: dict[tuple[str, str], float] = {}     # (model, version) → when this process answered
         # model control (engine/control.py): loads by result, their duration, and each model's state
@@ -339,6 +342,9 @@ class Metrics:
         self.last_request[(model, version)] = time.time()
         if ok and record is not None and record.postprocess_ms is not None:
             children[1].observe(record.postprocess_ms / 1000)
+
+    def cpu(self, model: str, seconds: float) -> None:
+        self.request_cpu.labels(model).observe(seconds)
 
     def model_loaded(self, model: str, ok: bool, seconds: float) -> None:
         self.model_loads.labels(model, "success" if ok else "fail").inc()

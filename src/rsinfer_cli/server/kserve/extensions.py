@@ -16,7 +16,7 @@ from typing import Any
 
 from ...engine.control import READY
 from ...engine.model import LoadedModel
-from ...errors import InputError, ModelNotFound, NotAllowed, RsinferError
+from ...errors import InputError, ModelNotFound, NotAllowed, RsinferError, public_text
 from ..state import ServerState
 
 NS = 1e9
@@ -73,7 +73,7 @@ def repository_index(state: ServerState, ready_only: bool = False) -> list[dict[
         for v in versions:
             entry = {"name": name, "version": v, "state": st.state}
             if st.reason:
-                entry["reason"] = st.reason
+                entry["reason"] = public_text(st.reason)
             out.append(entry)
     return out
 
@@ -88,7 +88,7 @@ def model_ready(state: ServerState, name: str, version: str | None) -> tuple[boo
     st = state.models.states.get(name)
     if st is None:
         raise reg.not_found(name)
-    return False, f"model '{name}' is {st.state}" + (f": {st.reason}" if st.reason else "")
+    return False, public_text(f"model '{name}' is {st.state}" + (f": {st.reason}" if st.reason else ""))
 
 
 def _allowed(state: ServerState) -> None:

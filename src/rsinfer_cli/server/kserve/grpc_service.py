@@ -21,7 +21,16 @@ from google.protobuf import json_format
 from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ...errors import EngineUnavailable, InputError, ModelNotFound, NotAllowed, PoolTimeout, RsinferError, Saturated
+from ...errors import (
+    DeadlinePassed,
+    EngineUnavailable,
+    InputError,
+    ModelNotFound,
+    NotAllowed,
+    PoolTimeout,
+    RsinferError,
+    Saturated,
+)
 from ...pipelines.tensor import TensorPipeline, element_count, numpy_dtype, platform, tensor_metadata
 from ..errors import kserve_message
 from ..logs import ACCESS, REQUEST_ID, request_id
@@ -42,6 +51,7 @@ CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (InputError, grpc.StatusCode.INVALID_ARGUMENT),
     (Saturated, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (PoolTimeout, grpc.StatusCode.UNAVAILABLE),
+    (DeadlinePassed, grpc.StatusCode.DEADLINE_EXCEEDED),
     (EngineUnavailable, grpc.StatusCode.UNAVAILABLE),
     (NotAllowed, grpc.StatusCode.PERMISSION_DENIED),
 ]

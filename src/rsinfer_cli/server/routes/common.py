@@ -13,7 +13,7 @@ from aiohttp import web
 
 from ...engine.model import LoadedModel
 from ...errors import InputError
-from ...jsonio import encode
+from ...jsonio import MAX_JSON_DEPTH, depth, encode
 from ...pipelines.base import RowPipeline, Work
 from ...pipelines.infer import PlanArgs
 from ..errors import RequestValidationError
@@ -34,6 +34,9 @@ def decode(raw: bytes, schema: type[Q]) -> Q:
     allowed (an unknown enum value, out of bounds) is a 400; malformed JSON is a 400."""
     if not raw.strip():
         raise InputError("request body is empty; send a JSON object")
+    nested = depth(raw)
+    if nested > MAX_JSON_DEPTH:
+        raise InputError(f"the body nests arrays and objects {nested} deep; at most {MAX_JSON_DEPTH}")
     decoder = _DECODERS.get(schema)
     if decoder is None:
         decoder = _DECODERS[schema] = msgspec.json.Decoder(schema)
@@ -55,6 +58,8 @@ def decode(raw: bytes, schema: type[Q]) -> Q:
         raise RequestValidationError(f"{where}{text}", param=param) from None
     except msgspec.DecodeError as exc:
         raise InputError(f"malformed JSON body: {exc}") from None
+    except RecursionError:     # (refused above; kept so that no body can make it a 500)
+        raise InputError(f"the body nests arrays and objects too deep; at most {MAX_JSON_DEPTH}") from None
 
 
 @dataclass
@@ -108,6 +113,27 @@ def check_chars(call: Call[Any], key: str, texts: list[str] | str | None) -> Non
             where = key if isinstance(texts, str) else f"{key}[{i}]"
             raise PayloadTooLarge(f"`{where}` has {len(text)} characters; at most {limit} per text "
                                   "(max_text_chars)", param=where)
+
+
+def check_prompt(call: Call[Any], prompt: str | None, texts: list[str] | None) -> None:
+    """A request's `prompt` is put before each of its texts, so it counts toward each text's `max_text_chars`, and
+    the texts with their prompts toward what one body may carry (server.max_body_mb, in characters): a 1 MB prompt
+    copied onto 256 texts is 256 MB of tokenizing from a 1 MB body (413 naming `prompt`)."""
+    from ...errors import PayloadTooLarge
+
+    if not prompt or not texts:
+        return
+    limit = call.model.config.max_text_chars or call.state.config.server.max_text_chars
+    longest = max(map(len, texts))
+    if len(prompt) + longest > limit:
+        raise PayloadTooLarge(f"`prompt` ({len(prompt)} characters) with the longest text ({longest}) is more than "
+                              f"{limit} characters (max_text_chars): the prompt counts toward each text",
+                              param="prompt")
+    total = len(prompt) * len(texts) + sum(map(len, texts))
+    cap = int(call.state.config.server.max_body_mb * 2**20)
+    if total > cap:
+        raise PayloadTooLarge(f"`prompt` put before each of {len(texts)} texts makes {total} characters to "
+                              f"tokenize; at most {cap} (server.max_body_mb, as characters)", param="prompt")
 
 
 def texts_of(call: Call[Any], value: str | list[str], key: str) -> list[str]:

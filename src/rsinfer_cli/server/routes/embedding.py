@@ -34,6 +34,7 @@ from .common import (
     begin,
     check_chars,
     check_count,
+    check_prompt,
     decode,
     json_response,
     truncation_direction,
@@ -166,6 +167,7 @@ async def openai_embeddings(request: web.Request) -> web.Response:
     call = await begin(request, "embedding", EmbeddingsRequest)
     req, model, pipe = call.req, call.model, call.pipeline(EmbeddingPipeline)
     texts, ids, _ = _inputs(call, "input", req.input)
+    check_prompt(call, req.prompt, texts)
     result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, truncate=req.truncate,
                               prompt_name=req.prompt_name, prompt=req.prompt)
     vecs = result.vectors
@@ -185,6 +187,7 @@ async def tei_embed(request: web.Request) -> web.Response:
     call = await begin(request, "embedding", TeiEmbedRequest, named=False)
     req, pipe = call.req, call.pipeline(EmbeddingPipeline)
     texts, ids, _ = _inputs(call, "inputs", req.inputs)
+    check_prompt(call, req.prompt, texts)
     result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, normalize=req.normalize,
                               truncate=req.truncate, direction=truncation_direction(req.truncation_direction),
                               param="inputs", prompt_name=req.prompt_name, prompt=req.prompt)
@@ -311,6 +314,7 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
     if direction.lower() not in ("right", "left"):
         raise RequestValidationError(f"`truncation_direction` must be right or left, got {direction!r}",
                                      param="truncation_direction")
+    check_prompt(call, given("prompt", str), texts)
     res = await call.infer(pipe.plan, texts, ids, normalize=given("normalize", bool),
                            truncate=given("truncate", bool), direction=truncation_direction(direction),
                            param="inputs", dimensions=dims, prompt_name=given("prompt_name", str),

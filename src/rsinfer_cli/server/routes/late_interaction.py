@@ -29,6 +29,7 @@ from .common import (
     Call,
     begin,
     check_chars,
+    check_prompt,
     hf_parameters,
     json_response,
     texts_of,
@@ -90,8 +91,9 @@ BENCH = {
 
 async def _plan(call: Call[Any], value: str | list[str], key: str, **kw: Any) -> TokenVectors:
     """The family's one way in: the limits every route shares, then the model."""
-    return await call.infer(call.pipeline(LateInteractionPipeline).plan_vectors, texts_of(call, value, key),
-                            param=key, **kw)
+    texts = texts_of(call, value, key)
+    check_prompt(call, kw.get("prompt"), texts)
+    return await call.infer(call.pipeline(LateInteractionPipeline).plan_vectors, texts, param=key, **kw)
 
 
 @routes.post("/embed_all")

@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from ... import families
+from ...errors import public_text
 from ...jsonio import dumps, encode
 from ..schemas import Health, Info, ModelList, NotReady
 from .common import STATE, json_response
@@ -23,7 +24,7 @@ async def health(request: web.Request) -> web.Response:
     state = request.app[STATE]
     why = state.not_ready()
     if why is not None:
-        return web.Response(status=503, body=encode(NotReady(status="unavailable", reason=why)),
+        return web.Response(status=503, body=encode(NotReady(status="unavailable", reason=public_text(why))),
                             content_type="application/json")
     body = Health(status="ok", models_loaded=len(state.registry.models))
     cache = state.cache

@@ -136,12 +136,12 @@ def _texts(call: Call[PiiRequest]) -> tuple[list[str], bool]:
     return ([text], False) if text is not None else (texts or [], True)
 
 
-def _options(call: Call[PiiRequest]) -> dict[str, Any]:
+def _options(call: Call[PiiRequest], texts: list[str]) -> dict[str, Any]:
     """`threshold`, `types` and the request's own rules (patterns, allow and deny lists), checked and compiled now (a
     400 before any work): a typo in `types` must never mean "redact nothing"."""
     req = call.req
     rules = request_rules(req.patterns, req.allow_list, req.allow_list_match, req.deny_list)
-    call.pipeline(PiiPipeline).check_options(req.threshold, req.types, rules)
+    call.pipeline(PiiPipeline).check_options(req.threshold, req.types, rules, texts)
     return {"threshold": req.threshold, "types": req.types, "rules": rules}
 
 
@@ -151,7 +151,7 @@ async def detect(request: web.Request) -> web.Response:
     call = await begin(request, "pii", PiiRequest)
     model = call.model
     texts, many = _texts(call)
-    det = await call.infer(call.pipeline(PiiPipeline).plan_detect, texts, **_options(call))
+    det = await call.infer(call.pipeline(PiiPipeline).plan_detect, texts, **_options(call, texts))
     results = [DetectResult(entities=[Entity.of(e) for e in ents], text=text if many else None)
                for text, ents in zip(texts, det.entities, strict=True)]
     return json_response(DetectResponse(object="pii.detection", model=model.name, results=results,
@@ -171,7 +171,7 @@ async def redact(request: web.Request) -> web.Response:
     if replacement is not None and "{type}" not in replacement:
         raise InputError("`replacement` must contain {type}, e.g. \"<{type}>\"", param="replacement")
     res = await call.infer(call.pipeline(PiiPipeline).plan_redact, texts, mode=mode, mask_char=mask_char,
-                           replacement=replacement, **_options(call))
+                           replacement=replacement, **_options(call, texts))
     # never the removed values: each span says where it was and what stands there now
     results = [RedactResult(text=r, entities=[RedactedSpan.of(e) for e in spans])
                for r, spans in zip(res.texts, res.spans, strict=True)]

@@ -18,8 +18,8 @@ from aiohttp import web
 from msgspec import Meta, Struct
 
 from ...errors import InputError
-from ...pipelines.pii import ADDRESS_PARTS, Entity, PiiPipeline, rewrite
-from ...pipelines.pii_rules import request_rules
+from ...pipelines.pii import ADDRESS_PARTS, MAX_REPLACEMENT_CHARS, Entity, PiiPipeline, rewrite
+from ...pipelines.pii_rules import MAX_PATTERNS, request_rules
 from ..schemas import Model, Op, Request, Response
 from .common import STATE, begin, check_chars, json_response
 
@@ -155,6 +155,9 @@ def _ad_hoc(req: AnalyzeRequest) -> tuple[list[dict[str, Any]] | None, dict[str,
     lists (Presidio's deny-list recognizer: `supported_entity` and `deny_list`)."""
     flags = _flags(req.regex_flags)
     patterns: list[dict[str, Any]] = []
+    if len(req.ad_hoc_recognizers or ()) > MAX_PATTERNS:
+        raise InputError(f"{len(req.ad_hoc_recognizers or ())} ad_hoc_recognizers; at most {MAX_PATTERNS} a request",
+                         param="ad_hoc_recognizers")
     deny: dict[str, list[str]] = {}
     for i, raw in enumerate(req.ad_hoc_recognizers or ()):
         values = raw.get("deny_list")
@@ -167,6 +170,10 @@ def _ad_hoc(req: AnalyzeRequest) -> tuple[list[dict[str, Any]] | None, dict[str,
             deny.setdefault(etype, []).extend(values)
             if not raw.get("patterns"):
                 continue
+        if not isinstance(raw.get("context") or [], list) or \
+                not all(isinstance(w, str) for w in raw.get("context") or []):
+            raise InputError(f"ad_hoc_recognizers[{i}].context: a list of words (strings)",
+                             param="ad_hoc_recognizers")
         item = dict(raw)
         if flags and isinstance(item.get("patterns"), list):
             item["patterns"] = [{**p, "regex": flags + p["regex"]} if isinstance(p, dict) and
@@ -264,6 +271,9 @@ def _checked(cfg: OperatorConfig, etype: str) -> OperatorConfig:
             raise InputError(f"anonymizers.{etype}: mask needs `masking_char`, one character", param="anonymizers")
         if cfg.chars_to_mask is None or cfg.chars_to_mask < 0:
             raise InputError(f"anonymizers.{etype}: mask needs `chars_to_mask` >= 0", param="anonymizers")
+    if cfg.new_value is not None and len(cfg.new_value) > MAX_REPLACEMENT_CHARS:
+        raise InputError(f"anonymizers.{etype}.new_value has {len(cfg.new_value)} characters; at most "
+                         f"{MAX_REPLACEMENT_CHARS}", param="anonymizers")
     if kind == "hash" and (cfg.hash_type or "sha256") not in ("sha256", "sha512"):
         raise InputError(f"anonymizers.{etype}.hash_type must be sha256 or sha512", param="anonymizers")
     return cfg
@@ -309,7 +319,7 @@ async def anonymize(request: web.Request) -> web.Response:
     def new_value(e: Entity, value: str) -> str:
         return _apply(operators.get(e.entity_type, default), value, e.entity_type, salt)
 
-    out, done = rewrite(text, spans, new_value)
+    out, done = rewrite(text, spans, new_value, "anonymizers")
     items = [AnonymizeItem(start=a, end=b, entity_type=e.entity_type, text=new,
                            operator=operators.get(e.entity_type, default).type) for e, new, a, b in done]
     return json_response(AnonymizeResponse(text=out, items=items))

@@ -30,6 +30,7 @@ from ..schemas import (
 from .common import (
     Call,
     begin,
+    check_prompt,
     hf_parameters,
     json_response,
     texts_of,
@@ -99,7 +100,9 @@ BENCH = {
 
 async def _plan(call: Call[Any], value: str | list[str], key: str, **kw: Any) -> tuple[SparseResult, bool]:
     """The family's one way in: the limits every route shares, then the model; (result, whether one text came)."""
-    res = await call.infer(call.pipeline(SparsePipeline).plan, texts_of(call, value, key), param=key, **kw)
+    texts = texts_of(call, value, key)
+    check_prompt(call, kw.get("prompt"), texts)
+    res = await call.infer(call.pipeline(SparsePipeline).plan, texts, param=key, **kw)
     return res, isinstance(value, str)
 
 
