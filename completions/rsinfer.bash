@@ -172,7 +172,7 @@ _rsinfer() {
                 --max-delta) return ;;
                 --max-error) return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--dtype --per-channel/--per-tensor --optimize --out --into --kind --texts --check/--no-check --speed-seconds --min-cosine --min-recall --min-rho --min-agreement --min-f1 --max-delta --max-error --json --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--dtype --per-channel/--per-tensor --optimize --out --overwrite --into --kind --texts --check/--no-check --speed-seconds --min-cosine --min-recall --min-rho --min-agreement --min-f1 --max-delta --max-error --json --help -h" -- "$cur")) ;;
         redact)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;

@@ -148,6 +148,7 @@ complete -c rsinfer -n '__fish_seen_subcommand_from quantize' -l dtype -x -a 'au
 complete -c rsinfer -n '__fish_seen_subcommand_from quantize' -l per-channel/--per-tensor -d 'int8: one scale per output channel (the default: on all-MiniLM-L6-v2 it keeps the mean cosine at 0.993 where one scale per tensor gives 0.964, at the same speed) or one per tensor.'
 complete -c rsinfer -n '__fish_seen_subcommand_from quantize' -l optimize -d 'Run onnxruntime\'s transformer fusions first.'
 complete -c rsinfer -n '__fish_seen_subcommand_from quantize' -l out -r -F -d 'Write this .onnx file instead of the name `dtype:` picks beside the graph.'
+complete -c rsinfer -n '__fish_seen_subcommand_from quantize' -l overwrite -d 'Replace a file at the output\'s name that rsinfer quantize did not write (the folder\'s own model_quantized.onnx): refused without it.'
 complete -c rsinfer -n '__fish_seen_subcommand_from quantize' -l into -r -F -d 'For a Hub repo: the folder to download it into (default: ./<repo name>).'
 complete -c rsinfer -n '__fish_seen_subcommand_from quantize' -l kind -x -a 'embedding rerank zeroshot classifier pii sparse late_interaction tensor' -d 'The family whose pipeline checks the result (default: from the folder).'
 complete -c rsinfer -n '__fish_seen_subcommand_from quantize' -l texts -r -F -d 'Texts for the check, one per line (default: a built-in corpus of 300 varied texts).'

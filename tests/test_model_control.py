@@ -247,7 +247,13 @@ def test_a_failed_load_keeps_what_served(server, folders):
         assert index["broken"]["state"] == "UNAVAILABLE" and "load failed" in index["broken"]["reason"]
         r = add_request(server.url, "broken")
         assert r.status_code == 404 and "not available: its load failed" in r.json()["error"]
-        assert httpx.get(server.url + "/v2/models/broken/ready").status_code == 503
+        ready = httpx.get(server.url + "/v2/models/broken/ready")
+        assert ready.status_code == 503
+        # the folder's name, never the host's path to it (the log keeps that)
+        host = str(folders["root"])
+        for body in (str(index["broken"]), r.text, ready.text,
+                     httpx.post(server.url + "/v2/repository/models/nowhere/load").text):
+            assert host not in body, body
     finally:
         path.write_text(good)
         report = reload()

@@ -24,12 +24,14 @@ _local = threading.local()
 class Token:
     """One request's deadline (time.monotonic()) and whether its caller has gone."""
 
-    __slots__ = ("deadline", "cancelled", "cpu_s")
+    __slots__ = ("deadline", "cancelled", "cpu_s", "late")
 
     def __init__(self, timeout_s: float) -> None:
         self.deadline = time.monotonic() + timeout_s
         self.cancelled = False
         self.cpu_s = 0.0
+        # once its request has been answered without it (cancelled): where the CPU of work still running goes
+        self.late: Callable[[float], None] | None = None
 
     def check(self) -> None:
         if self.cancelled or time.monotonic() > self.deadline:
@@ -62,5 +64,10 @@ def running(token: Token | None, fn: Callable[..., T], *args: Any, **kwargs: Any
     try:
         return fn(*args, **kwargs)
     finally:
-        token.cpu_s += time.thread_time() - c0
+        used = time.thread_time() - c0
+        late = token.late
+        if late is not None:
+            late(used)
+        else:
+            token.cpu_s += used
         _local.token = outer

@@ -156,7 +156,8 @@ class Inference:
             ok = True
             return result
         except asyncio.CancelledError:    # its deadline or its caller's leaving: what runs of it on a thread stops
-            token.cancelled = True
+            token.cancelled = True          # (at its next checkpoint; the CPU it takes till then is counted too)
+            token.late = functools.partial(self.observer.cpu, model.config.name)
             raise
         finally:
             if not now:

@@ -27,7 +27,7 @@ from .pii_rules import Found, Pattern, PatternSpec, Rules
 from .recognizers import DEFAULT_RECOGNIZERS, ID_REGIONS, RECOGNIZERS, check_regions, recognize, scan
 from .recognizers import TYPES as RECOGNIZED
 from .spans import EVERY, Containers, Taken
-from .text import Encoded, TextPipeline
+from .text import Encoded, TextPipeline, encode_batch
 
 MODES = ("mask", "remove", "replace", "hash")
 
@@ -582,7 +582,7 @@ class PiiPipeline(TextPipeline):
                    timing: Timing) -> tuple[Encoded, Callable[[list[Any]], list[tuple[Any, Array]]]]:
         """Window rows of every text, and how their per-token rows stitch back to one row per token per text."""
         t0 = time.perf_counter()
-        encs = self.encoder.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        encs = encode_batch(self.encoder.tokenizer, list(texts), add_special_tokens=False)
         plan: list[tuple[int, list[tuple[int, int]]]] = []
         ids: list[list[int]] = []
         type_ids: list[list[int]] = []

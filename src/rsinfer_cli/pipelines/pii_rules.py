@@ -39,9 +39,10 @@ MAX_VALUES = 1000             # allow values, and deny values of all types toget
 MAX_VALUE_CHARS = 200
 # a request's regular expression over a text: its RE2 program size x the text's characters. RE2 is linear in the
 # text but, when its DFA runs out of memory, proportional to the program too: 8 ns per unit measured for a 4,925-
-# instruction program over 100,000 characters (3.9 s). 250M units is ~2 s at that worst; a usual id pattern
-# (10-50 instructions) passes over any text max_text_chars allows
-MAX_REGEX_WORK = 250_000_000
+# instruction program over 100,000 characters (3.9 s); under ~1,000 instructions it keeps to its DFA (0.04 ns).
+# 100M units is under 1 s at the worst measured; a usual id pattern (10-50 instructions) passes over any text
+# max_text_chars allows. Between expressions (and every 1,024 matches) the request's deadline is checked
+MAX_REGEX_WORK = 100_000_000
 DENY_WINDOW = 65_536          # the deny list's scan is checked against the deadline every this many characters
 _WORD = re.compile(r"\w+")
 

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..engine.cancel import checkpoint
 from ..engine.model import LoadedModel
 from ..engine.session import GraphInfo, Session, TensorInfo
-from ..errors import InputError, ModelLoadError, TokenizeError
+from ..errors import DeadlinePassed, InputError, ModelLoadError, TokenizeError
 from .base import Array, RowPipeline, T, Timing, Work
 
 if TYPE_CHECKING:
@@ -23,6 +24,28 @@ if TYPE_CHECKING:
 
 FILLABLE = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "past_key_values.*")
 PAD_TOKENS = ("[PAD]", "<pad>", "<|endoftext|>", "<|pad|>")
+
+
+# characters tokenized between two deadline checkpoints: the tokenizer's Rust cannot be stopped, so a request of
+# 300 texts of 50,000 characters (seconds of tokenizing) is tokenized in slices, the deadline checked between them
+TOKENIZE_SLICE_CHARS = 1 << 20
+
+
+def encode_batch(tok: Any, batch: list[Any], add_special_tokens: bool = True) -> list[Any]:
+    """tok.encode_batch(batch) in slices of about TOKENIZE_SLICE_CHARS characters, a cancellation checkpoint before
+    each (one call, as before, for a batch under that)."""
+    sizes = [len(x) if isinstance(x, str) else len(x[0]) + len(x[1]) for x in batch]
+    if sum(sizes) <= TOKENIZE_SLICE_CHARS:
+        return list(tok.encode_batch(batch, add_special_tokens=add_special_tokens))
+    out: list[Any] = []
+    start = chars = 0
+    for i, size in enumerate(sizes):
+        chars += size
+        if chars >= TOKENIZE_SLICE_CHARS or i == len(sizes) - 1:
+            checkpoint()
+            out.extend(tok.encode_batch(batch[start:i + 1], add_special_tokens=add_special_tokens))
+            start, chars = i + 1, 0
+    return out
 
 
 @dataclass
@@ -106,7 +129,9 @@ class TextEncoder:
         tok = self._variant(strategy, direction)
         batch = list(zip(texts, pairs, strict=True)) if pairs is not None else list(texts)
         try:
-            encs = tok.encode_batch(batch, add_special_tokens=add_special_tokens)
+            encs = encode_batch(tok, batch, add_special_tokens)
+        except DeadlinePassed:
+            raise
         except Exception as exc:  # noqa: BLE001 - the tokenizer raises untyped errors
             raise TokenizeError(f"the tokenizer rejected the input: {exc}", param=param,
                                 model=self.model or None) from exc
@@ -136,7 +161,9 @@ class TextEncoder:
             raise InputError(f"the prompt alone has {keep} tokens and max_len is {max_len}: no text fits after it",
                              param=param, model=self.model or None)
         try:
-            encs = self._base.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+            encs = encode_batch(self._base, list(texts), add_special_tokens)
+        except DeadlinePassed:
+            raise
         except Exception as exc:  # noqa: BLE001 - the tokenizer raises untyped errors
             raise TokenizeError(f"the tokenizer rejected the input: {exc}", param=param,
                                 model=self.model or None) from exc
