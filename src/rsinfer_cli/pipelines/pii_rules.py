@@ -265,6 +265,13 @@ def request_rules(patterns: Sequence[Mapping[str, Any]] | None, allow: Sequence[
         compiled.append(Pattern(spec_of(raw, f"patterns[{i}]"), f"patterns[{i}]"))
     values = list(allow or ())
     denied = {str(t): list(vs) for t, vs in (deny or {}).items()}
+    _check_lists(values, denied)
+    return Rules.of(compiled, values, allow_match == "regex", denied)
+
+
+def _check_lists(values: list[str], denied: dict[str, list[str]]) -> None:
+    """A request's allow and deny lists within MAX_VALUES (deny: all types together) of 1 to MAX_VALUE_CHARS
+    characters, each deny type an entity type (InputError naming the key)."""
     for what, vals in (("allow_list", values), *((f"deny_list.{t}", vs) for t, vs in denied.items())):
         if len(vals) > MAX_VALUES or any(len(v) > MAX_VALUE_CHARS or not v for v in vals):
             raise InputError(f"{what}: at most {MAX_VALUES} values of 1 to {MAX_VALUE_CHARS} characters",
@@ -277,7 +284,6 @@ def request_rules(patterns: Sequence[Mapping[str, Any]] | None, allow: Sequence[
         if not re.fullmatch(r"[A-Z][A-Z0-9_]*", t):
             raise InputError(f"deny_list: '{t}' is not an entity type (capitals, digits and underscores)",
                              param="deny_list")
-    return Rules.of(compiled, values, allow_match == "regex", denied)
 
 
 def spec_of(raw: Mapping[str, Any], where: str) -> PatternSpec:

@@ -155,9 +155,7 @@ def _ad_hoc(req: AnalyzeRequest) -> tuple[list[dict[str, Any]] | None, dict[str,
     lists (Presidio's deny-list recognizer: `supported_entity` and `deny_list`)."""
     flags = _flags(req.regex_flags)
     patterns: list[dict[str, Any]] = []
-    if len(req.ad_hoc_recognizers or ()) > MAX_PATTERNS:
-        raise InputError(f"{len(req.ad_hoc_recognizers or ())} ad_hoc_recognizers; at most {MAX_PATTERNS} a request",
-                         param="ad_hoc_recognizers")
+    _check_count(len(req.ad_hoc_recognizers or ()))
     deny: dict[str, list[str]] = {}
     for i, raw in enumerate(req.ad_hoc_recognizers or ()):
         values = raw.get("deny_list")
@@ -170,10 +168,7 @@ def _ad_hoc(req: AnalyzeRequest) -> tuple[list[dict[str, Any]] | None, dict[str,
             deny.setdefault(etype, []).extend(values)
             if not raw.get("patterns"):
                 continue
-        if not isinstance(raw.get("context") or [], list) or \
-                not all(isinstance(w, str) for w in raw.get("context") or []):
-            raise InputError(f"ad_hoc_recognizers[{i}].context: a list of words (strings)",
-                             param="ad_hoc_recognizers")
+        _check_context(raw.get("context") or [], i)
         item = dict(raw)
         if flags and isinstance(item.get("patterns"), list):
             item["patterns"] = [{**p, "regex": flags + p["regex"]} if isinstance(p, dict) and
@@ -181,6 +176,17 @@ def _ad_hoc(req: AnalyzeRequest) -> tuple[list[dict[str, Any]] | None, dict[str,
         item["context"] = [*(item.get("context") or []), *(req.context or [])]
         patterns.append(item)
     return patterns or None, deny or None
+
+
+def _check_count(n: int) -> None:
+    if n > MAX_PATTERNS:
+        raise InputError(f"{n} ad_hoc_recognizers; at most {MAX_PATTERNS} a request", param="ad_hoc_recognizers")
+
+
+def _check_context(context: Any, i: int) -> None:
+    """An ad-hoc recognizer's `context`: a list of words (a string, a number or a mapping is a 400)."""
+    if not isinstance(context, list) or not all(isinstance(w, str) for w in context):
+        raise InputError(f"ad_hoc_recognizers[{i}].context: a list of words (strings)", param="ad_hoc_recognizers")
 
 
 def _joined(text: str, entities: list[Entity]) -> list[Entity]:
