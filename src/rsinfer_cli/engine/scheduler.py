@@ -787,32 +787,43 @@ class Scheduler:
             live = [(job, i) for job, i in chunk if not job.done]  # a caller gone meanwhile: skip its rows
             if not live:
                 continue
-            costs = [job.costs[i] for job, i in live]
-            here = threading.get_ident() == self._loop_thread
-            clock = not here or self._clock_now()
-            t0, c0 = time.perf_counter(), time.thread_time() if clock else 0.0
-            try:
-                outs = self.forward(session, [job.rows[i] for job, i in live])
-            except Exception as exc:  # noqa: BLE001 - handed to exactly the requests with rows in it
-                self._post([(job, None, exc) for job in dict.fromkeys(job for job, _ in live)])
-                continue
-            t1 = time.perf_counter()
-            self._took(t1 - t0, time.thread_time() - c0 if clock else None, here)
-            if len(live) == 1 and session is self.wide:
-                self._lone_took(t1 - t0, costs[0])
-            for job in dict.fromkeys(job for job, _ in live):
-                job.ran(t0, t1)
-            if self.observer is not None:
-                self.observer.forward(len(live), len(live) * max(costs), t1 - t0)
-            answers: list[tuple[_Job, Any, BaseException | None]] = []
-            for (job, i), out in zip(live, outs, strict=True):
-                with job.lock:
-                    job.outputs[i] = out
-                    job.remaining -= 1
-                    last = job.remaining == 0
-                if last and not job.done and job.finish is not None:
-                    try:
-                        answers.append((job, job.finish(job.outputs), None))
-                    except Exception as exc:  # noqa: BLE001 - this request's own error
-                        answers.append((job, None, exc))
-            self._post(answers)
+            outs = self._timed_forward(session, live)
+            if outs is not None:
+                self._post(self._delivered(live, outs))
+
+    def _timed_forward(self, session: Session, live: list[tuple[_Job, int]]) -> list[Any] | None:
+        """One forward of a train over `live` rows, timed and counted; None when it failed (its requests told)."""
+        costs = [job.costs[i] for job, i in live]
+        here = threading.get_ident() == self._loop_thread
+        clock = not here or self._clock_now()
+        t0, c0 = time.perf_counter(), time.thread_time() if clock else 0.0
+        try:
+            outs = self.forward(session, [job.rows[i] for job, i in live])
+        except Exception as exc:  # noqa: BLE001 - handed to exactly the requests with rows in it
+            self._post([(job, None, exc) for job in dict.fromkeys(job for job, _ in live)])
+            return None
+        t1 = time.perf_counter()
+        self._took(t1 - t0, time.thread_time() - c0 if clock else None, here)
+        if len(live) == 1 and session is self.wide:
+            self._lone_took(t1 - t0, costs[0])
+        for job in dict.fromkeys(job for job, _ in live):
+            job.ran(t0, t1)
+        if self.observer is not None:
+            self.observer.forward(len(live), len(live) * max(costs), t1 - t0)
+        return outs
+
+    @staticmethod
+    def _delivered(live: list[tuple[_Job, int]], outs: list[Any]) -> list[tuple[_Job, Any, BaseException | None]]:
+        """The forward's outputs into their requests; the answers of the requests they complete."""
+        answers: list[tuple[_Job, Any, BaseException | None]] = []
+        for (job, i), out in zip(live, outs, strict=True):
+            with job.lock:
+                job.outputs[i] = out
+                job.remaining -= 1
+                last = job.remaining == 0
+            if last and not job.done and job.finish is not None:
+                try:
+                    answers.append((job, job.finish(job.outputs), None))
+                except Exception as exc:  # noqa: BLE001 - this request's own error
+                    answers.append((job, None, exc))
+        return answers

@@ -77,82 +77,28 @@ class Inference:
         builds the answer (two hops). A tiny model's request with a lane free and nobody queued: all of it here, now,
         on the event loop (no hop, no job: `run_now`); so is a small request's one row that would run alone on the
         latency lane (`lone`), when that lane's one-row forward is short."""
-        key = model.key
-        pipe = self.pipelines.get(key)
-        if pipe is not None and pipe.model is model:
-            queue = self.queues[key]
-        else:      # a version replaced or removed by a reload while this request was on its way: the old one answers
-            held = self.retiring.get(id(model))
-            if held is None:
-                raise ModelNotFound(f"model '{model.name}' was unloaded while this request waited; send it again",
-                                    model=model.name)
-            pipe, queue = held
+        pipe, queue = self._serving(model)
         stats = REQUEST_RECORD.get()
         if stats is not None:
-            stats.model = key
+            stats.model = model.key
         cached = self.cache is not None and model.config.cache
         # the request counted in flight (what a reload waits for, what `_still_alone` reads) unless it runs now:
         # from here to its answer without an await, so nothing else runs while it does and nobody could read it
         now = not cached and queue.now()
         token = Token(self.timeout_s)
         if not now:
-            busy = self.busy
-            ident = id(model)
-            busy[ident] = busy.get(ident, 0) + 1
-            self.in_flight += 1
-            self.tokens.add(token)
+            self._enter(model, token)
         t0 = time.perf_counter()
         ok = False
-        try:     # the request's paths written out here: a coroutine of their own would cost every request one
+        try:     # a request run now takes no coroutine of its own: `_now` is a plain call
             if cached:
                 result: R = await self._cached(model, pipe, queue, _stamped(plan, stats), args, kwargs, token)
-                ok = True
-                return result
-            if now:
-                if stats is None:       # no record to stamp (a gRPC call): the plan and the answer, no wrapper
-                    work = running(token, plan, *args, **kwargs)
-                    result = running(token, work.finish, queue.run_now(work.rows, work.costs))
-                else:
-                    work = running(token, _planned, plan, stats, args, kwargs)
-                    result = running(token, _finish, work, queue.run_now(work.rows, work.costs), stats)
-            elif stats is not None and stats.body_bytes is not None and stats.body_bytes <= INLINE_BYTES \
-                    and queue.lone() and await self._still_alone(queue):
-                work = running(token, _planned, plan, stats, args, kwargs)     # a small body: tokenized here, then
-                if queue.lone(len(work.rows), work.costs[0] if work.rows else 0):   # one short row: its forward too
-                    result = running(token, _finish, work, queue.run_now(work.rows, work.costs, lone=True), stats)
-                else:
-                    result = await queue.run(functools.partial(running, token, pipe.run, work))
             else:
-                plan = _stamped(plan, stats)
-                if self.inline_prep:
-                    body = stats.body_bytes if stats is not None else None
-                    loop = asyncio.get_running_loop()
-                    if body is not None and body <= INLINE_BYTES:
-                        work = running(token, plan, *args, **kwargs)
-                        outputs = await queue.submit(work.rows, work.costs, as_is)
-                        result = running(token, _finish, work, outputs, stats)
-                    else:
-                        work = await loop.run_in_executor(self.prep, functools.partial(running, token, plan, *args,
-                                                                                       **kwargs))
-                        outputs = await queue.submit(work.rows, work.costs, as_is)
-                        result = await loop.run_in_executor(self.prep, running, token, _finish, work, outputs, stats)
-                elif queue.batching and not queue.free:
-                    loop = asyncio.get_running_loop()
-                    work = await loop.run_in_executor(self.prep, functools.partial(running, token, plan, *args,
-                                                                                   **kwargs))
-                    result = await queue.submit(work.rows, work.costs,
-                                                functools.partial(running, token, _finish, work, stats=stats))
+                if now:
+                    work, result = self._now(queue, plan, stats, token, args, kwargs)
                 else:
-                    planned: list[Work[R]] = []
-                    whole_plan = plan
-
-                    def whole(runner: Runner) -> R:
-                        planned.append(whole_plan(*args, **kwargs))
-                        return pipe.run(planned[0], runner)
-
-                    result = await queue.run(functools.partial(running, token, whole))
-                    work = planned[0]
-            self._observed(model, work.timing, stats)
+                    work, result = await self._queued(pipe, queue, plan, stats, token, args, kwargs)
+                self._observed(model, work.timing, stats)
             ok = True
             return result
         except asyncio.CancelledError:    # its deadline or its caller's leaving: what runs of it on a thread stops
@@ -161,17 +107,90 @@ class Inference:
             raise
         finally:
             if not now:
-                self.tokens.discard(token)
-                self.in_flight -= 1
-                n = busy[ident] - 1
-                if n:
-                    busy[ident] = n
-                else:
-                    del busy[ident]
+                self._leave(model, token)
             config = model.config      # (as in _observed)
             if token.cpu_s:
                 self.observer.cpu(config.name, token.cpu_s)
             self.observer.outcome(config.name, config.version or "", ok, time.perf_counter() - t0, stats)
+
+    def _serving(self, model: LoadedModel) -> tuple[RowPipeline, ModelQueue]:
+        """The model's pipeline and queue; a version a reload replaced or removed while the request was on its
+        way answers from what it still holds (ModelNotFound once it is gone)."""
+        pipe = self.pipelines.get(model.key)
+        if pipe is not None and pipe.model is model:
+            return pipe, self.queues[model.key]
+        held = self.retiring.get(id(model))
+        if held is None:
+            raise ModelNotFound(f"model '{model.name}' was unloaded while this request waited; send it again",
+                                model=model.name)
+        return held
+
+    def _enter(self, model: LoadedModel, token: Token) -> None:
+        ident = id(model)
+        self.busy[ident] = self.busy.get(ident, 0) + 1
+        self.in_flight += 1
+        self.tokens.add(token)
+
+    def _leave(self, model: LoadedModel, token: Token) -> None:
+        self.tokens.discard(token)
+        self.in_flight -= 1
+        ident = id(model)
+        n = self.busy[ident] - 1
+        if n:
+            self.busy[ident] = n
+        else:
+            del self.busy[ident]
+
+    @staticmethod
+    def _now(queue: ModelQueue, plan: Callable[..., Work[R]], stats: RequestRecord | None, token: Token,
+             args: Any, kwargs: Any) -> tuple[Work[R], R]:
+        """The whole request here, on the event loop (a tiny model, a lane free, nobody queued)."""
+        if stats is None:       # no record to stamp (a gRPC call): the plan and the answer, no wrapper
+            work = running(token, plan, *args, **kwargs)
+            return work, running(token, work.finish, queue.run_now(work.rows, work.costs))
+        work = running(token, _planned, plan, stats, args, kwargs)
+        return work, running(token, _finish, work, queue.run_now(work.rows, work.costs), stats)
+
+    async def _queued(self, pipe: RowPipeline, queue: ModelQueue, plan: Callable[..., Work[R]],
+                      stats: RequestRecord | None, token: Token, args: Any, kwargs: Any) -> tuple[Work[R], R]:
+        """A request that does not run now: alone on the latency lane, through a front end's remote queue, batched
+        with others, or whole on one replica (one thread hop)."""
+        if stats is not None and stats.body_bytes is not None and stats.body_bytes <= INLINE_BYTES \
+                and queue.lone() and await self._still_alone(queue):
+            work = running(token, _planned, plan, stats, args, kwargs)     # a small body: tokenized here, then
+            if queue.lone(len(work.rows), work.costs[0] if work.rows else 0):   # one short row: its forward too
+                return work, running(token, _finish, work, queue.run_now(work.rows, work.costs, lone=True), stats)
+            return work, await queue.run(functools.partial(running, token, pipe.run, work))
+        plan = _stamped(plan, stats)
+        loop = asyncio.get_running_loop()
+        if self.inline_prep:
+            return await self._remote(queue, plan, stats, token, args, kwargs)
+        if queue.batching and not queue.free:
+            work = await loop.run_in_executor(self.prep, functools.partial(running, token, plan, *args, **kwargs))
+            return work, await queue.submit(work.rows, work.costs,
+                                            functools.partial(running, token, _finish, work, stats=stats))
+        planned: list[Work[R]] = []
+
+        def whole(runner: Runner) -> R:
+            planned.append(plan(*args, **kwargs))
+            return pipe.run(planned[0], runner)
+
+        result = await queue.run(functools.partial(running, token, whole))
+        return planned[0], result
+
+    async def _remote(self, queue: ModelQueue, plan: Callable[..., Work[R]], stats: RequestRecord | None,
+                      token: Token, args: Any, kwargs: Any) -> tuple[Work[R], R]:
+        """A front-end process: a small body tokenized and answered on the loop, a large one on the prep pool; the
+        rows forwarded by the engine."""
+        body = stats.body_bytes if stats is not None else None
+        if body is not None and body <= INLINE_BYTES:
+            work = running(token, plan, *args, **kwargs)
+            outputs = await queue.submit(work.rows, work.costs, as_is)
+            return work, running(token, _finish, work, outputs, stats)
+        loop = asyncio.get_running_loop()
+        work = await loop.run_in_executor(self.prep, functools.partial(running, token, plan, *args, **kwargs))
+        outputs = await queue.submit(work.rows, work.costs, as_is)
+        return work, await loop.run_in_executor(self.prep, running, token, _finish, work, outputs, stats)
 
     def cancel_all(self) -> None:
         """Every request in flight told to stop its work at its next checkpoint (the server is closing)."""

@@ -107,18 +107,30 @@ class TensorPipeline(RowPipeline):
         # request headers a front end checked against this model, as it remembers them (KServe gRPC's: its raw
         # input headers); kept here, they go with the model when a reload or an unload replaces it
         self.seen_headers: dict[Any, Any] = {}
-        if self.max_batch_size > 0:
-            for t in model.graph.inputs:
-                if not t.shape or (isinstance(t.shape[0], int) and t.shape[0] > 0):
-                    raise ModelLoadError(
-                        f"model '{model.name}': max_batch_size is {self.max_batch_size} but input '{t.name}' has "
-                        f"shape {list(t.shape)}, without a variable batch dimension 0; set max_batch_size: 0",
-                        model=model.name)
-        cfg = model.config
-        opts: TensorOptions = cfg.options
+        self._check_batch_dimension(model)
+        opts: TensorOptions = model.config.options
         self.min_elements, self.max_elements, self.normalize = (opts.min_elements, opts.max_elements,
                                                                 opts.normalize_input)
         self._bounded = self.min_elements is not None or self.max_elements is not None
+        self._check_rules(model)
+        # rows per forward: up to max_batch_size requests' rows; a row costs 1 (no token budget here)
+        self.max_rows = max(self.max_batch_size, 1)
+        self.max_tokens = 1 << 30
+        self.max_padding = None
+
+    def _check_batch_dimension(self, model: LoadedModel) -> None:
+        """With max_batch_size > 0 every input needs a variable dimension 0 (ModelLoadError)."""
+        if self.max_batch_size <= 0:
+            return
+        for t in model.graph.inputs:
+            if not t.shape or (isinstance(t.shape[0], int) and t.shape[0] > 0):
+                raise ModelLoadError(
+                    f"model '{model.name}': max_batch_size is {self.max_batch_size} but input '{t.name}' has "
+                    f"shape {list(t.shape)}, without a variable batch dimension 0; set max_batch_size: 0",
+                    model=model.name)
+
+    def _check_rules(self, model: LoadedModel) -> None:
+        """min_elements <= max_elements, and minmax normalization only over float inputs (ModelLoadError)."""
         if self.min_elements is not None and self.max_elements is not None and self.min_elements > self.max_elements:
             raise ModelLoadError(f"model '{model.name}': min_elements ({self.min_elements}) is above max_elements "
                                  f"({self.max_elements})", model=model.name)
@@ -127,10 +139,6 @@ class TensorPipeline(RowPipeline):
             if odd:
                 raise ModelLoadError(f"model '{model.name}': normalize_input: minmax needs float inputs; "
                                      f"{', '.join(odd)} {'is' if len(odd) == 1 else 'are'} not", model=model.name)
-        # rows per forward: up to max_batch_size requests' rows; a row costs 1 (no token budget here)
-        self.max_rows = max(self.max_batch_size, 1)
-        self.max_tokens = 1 << 30
-        self.max_padding = None
 
     @property
     def batching(self) -> bool:
