@@ -40,10 +40,6 @@ class Token:
                                  "its work was stopped")
 
 
-def current() -> Token | None:
-    return getattr(_local, "token", None)
-
-
 def checkpoint() -> None:
     """Raise DeadlinePassed when the work running on this thread belongs to a request that is past its deadline or
     cancelled; nothing otherwise (and nothing outside a served request)."""
@@ -52,11 +48,9 @@ def checkpoint() -> None:
         token.check()
 
 
-def running(token: Token | None, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+def running(token: Token, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """fn(*args, **kwargs) with `token` current on this thread (checked first), its thread CPU time added to
-    the token's `cpu_s`."""
-    if token is None:
-        return fn(*args, **kwargs)
+    the token's `cpu_s` (or, once the request is answered without it, to `late`)."""
     token.check()
     outer = getattr(_local, "token", None)
     _local.token = token

@@ -41,7 +41,7 @@ class Observer(Protocol):
     def outcome(self, model: str, version: str, ok: bool, seconds: float, record: RequestRecord | None) -> None: ...
 
     def cpu(self, model: str, seconds: float) -> None:
-        """The CPU time a request's tokenizing and post-processing took on their threads (a cancelled one's too)."""
+        """The CPU time of a request's work on the threads that ran it (a cancelled one's too)."""
 
 
 class Inference:
@@ -144,12 +144,9 @@ class Inference:
     @staticmethod
     def _now(queue: ModelQueue, plan: Callable[..., Work[R]], stats: RequestRecord | None, token: Token,
              args: Any, kwargs: Any) -> tuple[Work[R], R]:
-        """The whole request here, on the event loop (a tiny model, a lane free, nobody queued)."""
-        if stats is None:       # no record to stamp (a gRPC call): the plan and the answer, no wrapper
-            work = running(token, plan, *args, **kwargs)
-            return work, running(token, work.finish, queue.run_now(work.rows, work.costs))
-        work = running(token, _planned, plan, stats, args, kwargs)
-        return work, running(token, _finish, work, queue.run_now(work.rows, work.costs), stats)
+        """The whole request here, on the event loop (a tiny model, a lane free, nobody queued), under its token
+        once (each `running` reads the thread's CPU clock twice: ~0.3 µs a read)."""
+        return running(token, _here, queue, plan, stats, args, kwargs)
 
     async def _queued(self, pipe: RowPipeline, queue: ModelQueue, plan: Callable[..., Work[R]],
                       stats: RequestRecord | None, token: Token, args: Any, kwargs: Any) -> tuple[Work[R], R]:
@@ -261,6 +258,16 @@ class Inference:
         """(model, version, requests waiting, rows queued, forwards running)."""
         return [(models[key].name, models[key].version or "", q.waiting, q.queued_rows, q.running)
                 for key, q in self.queues.items()]
+
+
+def _here(queue: ModelQueue, plan: Callable[..., Work[R]], stats: RequestRecord | None, args: Any, kwargs: Any
+          ) -> tuple[Work[R], R]:
+    """A request's plan, its rows at once on a free lane (`run_now`) and its answer."""
+    if stats is None:       # no record to stamp (a gRPC call): the plan and the answer, no wrapper
+        work = plan(*args, **kwargs)
+        return work, work.finish(queue.run_now(work.rows, work.costs))
+    work = _planned(plan, stats, args, kwargs)
+    return work, _finish(work, queue.run_now(work.rows, work.costs), stats)
 
 
 def _finish(work: Work[R], outputs: list[Any], stats: RequestRecord | None = None) -> R:

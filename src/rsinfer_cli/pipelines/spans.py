@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
+from itertools import accumulate
 
 from ..engine.cancel import checkpoint
 
@@ -47,11 +48,7 @@ class Containers:
     def __init__(self, spans: Iterable[tuple[int, int]]) -> None:
         ordered = sorted(spans)
         self.starts = [a for a, _ in ordered]
-        self.reach: list[int] = []
-        top = -1
-        for _, b in ordered:
-            top = max(top, b)
-            self.reach.append(top)
+        self.reach = list(accumulate((b for _, b in ordered), max))
         self.exact = frozenset(ordered)
 
     def holds(self, a: int, b: int, same_counts: bool) -> bool:

@@ -34,9 +34,11 @@ TOKENIZE_SLICE_CHARS = 1 << 20
 def encode_batch(tok: Any, batch: list[Any], add_special_tokens: bool = True) -> list[Any]:
     """tok.encode_batch(batch) in slices of about TOKENIZE_SLICE_CHARS characters, a cancellation checkpoint before
     each (one call, as before, for a batch under that)."""
-    sizes = [len(x) if isinstance(x, str) else len(x[0]) + len(x[1]) for x in batch]
-    if sum(sizes) <= TOKENIZE_SLICE_CHARS:
-        return list(tok.encode_batch(batch, add_special_tokens=add_special_tokens))
+    pairs = bool(batch) and not isinstance(batch[0], str)
+    if (sum(len(a) + len(b) for a, b in batch) if pairs else sum(map(len, batch))) <= TOKENIZE_SLICE_CHARS:
+        encs: list[Any] = tok.encode_batch(batch, add_special_tokens=add_special_tokens)
+        return encs
+    sizes = [len(a) + len(b) for a, b in batch] if pairs else [len(x) for x in batch]
     out: list[Any] = []
     start = chars = 0
     for i, size in enumerate(sizes):

@@ -227,9 +227,10 @@ class Metrics:
                                         HTTP_BUCKETS)
         self.postprocess = self._histogram("rsinfer_postprocess_seconds", "Answer building time per request", mv,
                                            STAGE_BUCKETS)
-        self.request_cpu = self._histogram("rsinfer_request_cpu_seconds", "CPU time of a request's tokenizing and "
-                                           "answer building on their threads (a cancelled request's too: work "
-                                           "that went on after its answer shows here)", ["model"], STAGE_BUCKETS)
+        self.request_cpu = self._histogram("rsinfer_request_cpu_seconds", "CPU time of a request's work on the "
+                                           "threads that ran it: tokenizing, answer building and the forwards run "
+                                           "there (a cancelled request's too: work that went on after its answer "
+                                           "shows here)", ["model"], STAGE_BUCKETS)
         self._outcome: dict[tuple[str, str, bool], tuple[Any, Any]] = {}
         self.last_request: dict[tuple[str, str], float] = {}     # (model, version) → when this process answered
         # model control (engine/control.py): loads by result, their duration, and each model's state

@@ -100,6 +100,11 @@ def check_count(call: Call[Any], key: str, n: int) -> None:
         raise PayloadTooLarge(f"`{key}` has {n} items; at most {limit} per request (server.max_texts)", param=key)
 
 
+def char_limit(call: Call[Any]) -> int:
+    """Characters per text: the model's `max_text_chars`, else the server's."""
+    return call.model.config.max_text_chars or call.state.config.server.max_text_chars
+
+
 def check_chars(call: Call[Any], key: str, texts: list[str] | str | None) -> None:
     """Every text at most `max_text_chars` characters (the model's, else the server's), else 413 naming the limit;
     checked before any tokenizing."""
@@ -107,7 +112,7 @@ def check_chars(call: Call[Any], key: str, texts: list[str] | str | None) -> Non
 
     if texts is None:
         return
-    limit = call.model.config.max_text_chars or call.state.config.server.max_text_chars
+    limit = char_limit(call)
     for i, text in enumerate([texts] if isinstance(texts, str) else texts):
         if len(text) > limit:
             where = key if isinstance(texts, str) else f"{key}[{i}]"
@@ -123,7 +128,7 @@ def check_prompt(call: Call[Any], prompt: str | None, texts: list[str] | None) -
 
     if not prompt or not texts:
         return
-    limit = call.model.config.max_text_chars or call.state.config.server.max_text_chars
+    limit = char_limit(call)
     longest = max(map(len, texts))
     if len(prompt) + longest > limit:
         raise PayloadTooLarge(f"`prompt` ({len(prompt)} characters) with the longest text ({longest}) is more than "
