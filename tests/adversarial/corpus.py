@@ -65,6 +65,17 @@ CASES = [
          lambda: {"model": "minilm", "input": ["x"] * 2000, "prompt": "p" * 19_000}, 413, "max_body_mb"),
     Case("sparse: a prompt past max_text_chars", "/v1/embeddings/sparse",
          lambda: {"model": "splade", "input": ["x"], "prompt": "p" * 200_001}, 413, "prompt"),
+    # 4. so are NLI hypotheses and assertions, paired with every text
+    Case("zero-shot: a label past max_text_chars", "/classify/zero-shot",
+         lambda: {"model": "nli", "input": "x", "candidate_labels": ["l" * 200_001]}, 413, "candidate_labels[0]"),
+    Case("zero-shot: a 150,000-character label on 300 texts", "/classify/zero-shot",
+         lambda: {"model": "nli", "input": ["x"] * 300, "candidate_labels": ["l" * 150_000, "b"]}, 413,
+         "max_body_mb"),
+    Case("zero-shot: a template past max_text_chars", "/classify/zero-shot",
+         lambda: {"model": "nli", "input": "x", "candidate_labels": ["a", "b"],
+                  "hypothesis_template": "{}" + "t" * 200_000}, 413, "hypothesis_template"),
+    Case("true-false: a 150,000-character assertion on 300 texts", "/classify/true-false",
+         lambda: {"model": "nli", "input": ["x"] * 300, "assertion": "a" * 150_000}, 413, "max_body_mb"),
     # 7. deep JSON in every free-form field
     Case("deep JSON: an unknown field", "/v1/embeddings",
          lambda: with_deep({"model": "minilm", "input": ["x"], "extra": DEEP}, deep(1000)), 400, "at most 64"),

@@ -28,6 +28,7 @@ def server(shared_models, tmp_path_factory):
         {"name": "minilm", "kind": "embedding", "path": str(shared_models / "all-minilm-l6-v2"), "replicas": 1},
         {"name": "ce", "kind": "rerank", "path": str(shared_models / "tiny-reranker-1"), "replicas": 1},
         {"name": "splade", "kind": "sparse", "path": str(shared_models / "tiny-splade"), "replicas": 1},
+        {"name": "nli", "kind": "zeroshot", "path": str(shared_models / "tiny-nli"), "replicas": 1},
         {"name": "adder", "kind": "tensor", "path": str(adder), "max_batch_size": 8, "replicas": 1}]})
     with ServerThread(cfg, grpc=True) as srv:
         srv.host_paths = [str(shared_models), str(adder), tempfile.gettempdir() + "/"]

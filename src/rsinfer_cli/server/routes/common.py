@@ -120,10 +120,22 @@ def check_chars(call: Call[Any], key: str, texts: list[str] | str | None) -> Non
                                   "(max_text_chars)", param=where)
 
 
+def check_copied(call: Call[Any], key: str, chars: int, texts: int) -> None:
+    """A request's string of `chars` characters that goes with each of its `texts` (a prompt, NLI hypotheses, an
+    assertion) is tokenized that many times: the copies may come to at most what one body may carry
+    (server.max_body_mb, as characters). A 1 MB prompt on 256 texts was 256 MB of tokenizing from a 1 MB body (413
+    naming `key`)."""
+    from ...errors import PayloadTooLarge
+
+    cap = int(call.state.config.server.max_body_mb * 2**20)
+    if chars * texts > cap:
+        raise PayloadTooLarge(f"`{key}` ({chars} characters) goes with each of {texts} texts: {chars * texts} "
+                              f"characters to tokenize; at most {cap} (server.max_body_mb, as characters)", param=key)
+
+
 def check_prompt(call: Call[Any], prompt: str | None, texts: list[str] | None) -> None:
-    """A request's `prompt` is put before each of its texts, so it counts toward each text's `max_text_chars`, and
-    the texts with their prompts toward what one body may carry (server.max_body_mb, in characters): a 1 MB prompt
-    copied onto 256 texts is 256 MB of tokenizing from a 1 MB body (413 naming `prompt`)."""
+    """A request's `prompt` is put before each of its texts: it counts toward each text's `max_text_chars`, and its
+    copies toward the body's size (check_copied); 413 naming `prompt`."""
     from ...errors import PayloadTooLarge
 
     if not prompt or not texts:
@@ -134,11 +146,7 @@ def check_prompt(call: Call[Any], prompt: str | None, texts: list[str] | None) -
         raise PayloadTooLarge(f"`prompt` ({len(prompt)} characters) with the longest text ({longest}) is more than "
                               f"{limit} characters (max_text_chars): the prompt counts toward each text",
                               param="prompt")
-    total = len(prompt) * len(texts) + sum(map(len, texts))
-    cap = int(call.state.config.server.max_body_mb * 2**20)
-    if total > cap:
-        raise PayloadTooLarge(f"`prompt` put before each of {len(texts)} texts makes {total} characters to "
-                              f"tokenize; at most {cap} (server.max_body_mb, as characters)", param="prompt")
+    check_copied(call, "prompt", len(prompt), len(texts))
 
 
 def texts_of(call: Call[Any], value: str | list[str], key: str) -> list[str]:

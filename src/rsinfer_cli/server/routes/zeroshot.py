@@ -12,7 +12,7 @@ from ...pipelines.pii import check_threshold
 from ...pipelines.zeroshot import TrueFalse, ZeroShotPipeline, assertion_for
 from ..errors import RequestValidationError
 from ..schemas import Model, Op, Probability, Request, Response, Usage
-from .common import Call, begin, check_chars, check_count, json_response, usage
+from .common import Call, begin, check_chars, check_copied, check_count, json_response, usage
 
 # ---------------------------------------------------------------- request and response bodies
 
@@ -125,6 +125,16 @@ def check_labels(labels: list[str], key: str, limit: int) -> None:
         raise InputError(f"`{key}` has duplicates", param=key)
 
 
+def check_hypotheses(call: Call[Any], labels: list[str], template: str | None, key: str, texts: int) -> None:
+    """Each label with its template is a hypothesis paired with every text: each one a text under max_text_chars, and
+    all of them, copied onto the texts, within the body's size (check_copied); 413 naming the key."""
+    check_chars(call, key, labels)
+    extra = len(template or "")
+    if extra:
+        check_chars(call, key.replace("candidate_labels", "hypothesis_template"), template)
+    check_copied(call, key, sum(map(len, labels)) + extra * len(labels), texts)
+
+
 def check_template(template: str | None, key: str) -> None:
     if template is not None and "{label}" not in template and "{}" not in template:
         raise InputError(f"`{key}` must contain {{label}} or {{}}, e.g. \"This text is about {{label}}.\"",
@@ -141,6 +151,7 @@ async def zero_shot(request: web.Request) -> web.Response:
     check_labels(labels, "candidate_labels", call.pipeline(ZeroShotPipeline).max_labels)
     template = req.hypothesis_template
     check_template(template, "hypothesis_template")
+    check_hypotheses(call, labels, template, "candidate_labels", len(texts))
     res = await call.infer(call.pipeline(ZeroShotPipeline).plan_classify, texts, labels, bool(req.multi_label),
                            template, req.truncate)
     if single:
@@ -163,6 +174,7 @@ async def true_false(request: web.Request) -> web.Response:
         raise RequestValidationError("`question` or `assertion` is required", param="question")
     check_chars(tcall, "question" if given is None else "assertion", given if given is not None else question)
     assertion = assertion_for(question, given)
+    check_copied(tcall, "question" if given is None else "assertion", len(assertion), len(texts))
     threshold = 0.5 if req.threshold is None else req.threshold
     check_threshold(threshold)
     tf = await tcall.infer(tcall.pipeline(ZeroShotPipeline).plan_true_false, texts, assertion, threshold,
@@ -194,6 +206,7 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
         raise RequestValidationError("`parameters.hypothesis_template` must be a string",
                                      param="parameters.hypothesis_template")
     check_template(template, "parameters.hypothesis_template")
+    check_hypotheses(call, labels, template, "parameters.candidate_labels", 1)
     res = await call.infer(call.pipeline(ZeroShotPipeline).plan_classify, [inputs], labels,
                            bool(params.get("multi_label", False)), template)
     r = res.results[0]
