@@ -70,6 +70,23 @@ def test_quantize_never_replaces_a_shipped_graph_without_overwrite(folder, tmp_p
     assert again.returncode == 0, again.stderr
 
 
+@pytest.mark.parametrize(("dims", "says"), [((15000, 15000), "warmup.max_elements"),
+                                            ((100_000, 100_000), "warmup.max_elements"),
+                                            ((4, 3), "fixed at 2")])
+def test_a_model_whose_warmup_is_too_large_does_not_load(tmp_path, dims, says):
+    """The load refuses the warm-up shape, naming its key, before numpy allocates it (a [15000, 15000] warm-up
+    loaded and kept 3.5 GB; [100000, 100000] failed on numpy's allocation with no word of the warm-up)."""
+    from rsinfer_cli.config import parse_config
+    from rsinfer_cli.engine.model import load_model
+
+    width = dims[1] if says != "fixed at 2" else 2      # the graph takes the shape: only the bound refuses it
+    folder = synth.add_graph(tmp_path / "m" / "model.onnx", width=width).parent
+    cfg = parse_config({"models": [{"name": "m", "kind": "tensor", "path": str(folder), "replicas": 1,
+                                    "warmup": {"inputs": {"X": {"dims": list(dims)}}}}]}).models[0]
+    with pytest.raises(ModelLoadError, match=says):
+        load_model(cfg)
+
+
 def test_warmup_dims_checked_before_allocation():
     with pytest.raises(ModelLoadError, match=r"warmup.max_elements"):
         _check_dims("X", ("batch", "n"), (100_000, 100_000), 16_777_216)
