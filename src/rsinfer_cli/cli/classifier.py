@@ -41,7 +41,7 @@ def predict_cmd(
 
     from ..errors import ConfigError, InputError
     from ..pipelines.classifier import ClassifierPipeline, check_function
-    from .common import load_pipeline
+    from .common import open_model
     from .io import chunks, read_records, write_jsonl
 
     if top_k is not None and top_k < 1:
@@ -51,12 +51,11 @@ def predict_cmd(
     except InputError as exc:
         raise ConfigError(str(exc).replace("`", "")) from None
     records = read_records(texts, input_, fmt, field)
-    shot = load_pipeline(ClassifierPipeline, **source.options(), max_rows=batch_size)
+    model = open_model(ClassifierPipeline.kind, source, max_rows=batch_size)
     rows = []
-    for chunk in chunks(records, 256):
-        res = shot.run(shot.pipe.plan_classify, [r.text for r in chunk], raw=raw, function=chosen, top_k=top_k,
-                       truncate=truncate)
-        for rec, labels in zip(chunk, res.to_json(), strict=True):
+    for chunk in chunks(records, model.chunk_rows):
+        found = model.predict([r.text for r in chunk], raw=raw, function=chosen, top_k=top_k, truncate=truncate)
+        for rec, labels in zip(chunk, ([x._asdict() for x in r] for r in found), strict=True):
             if table:
                 rows.append((rec, labels))
             else:

@@ -54,7 +54,7 @@ def embed_cmd(
 
     from ..errors import ConfigError, InputError
     from ..pipelines.embedding import EmbeddingPipeline
-    from .common import load_pipeline
+    from .common import open_model
     from .io import NpyWriter, check_writable, chunks, read_records, write_jsonl
 
     if output is not None and output.suffix != ".npy":
@@ -63,9 +63,9 @@ def embed_cmd(
         check_writable(output, "--output")  # before loading any model
     records = read_records(texts, input_, fmt, field)
     first = next(records, None)  # validate the input before loading the model
-    shot = load_pipeline(EmbeddingPipeline, **source.options(),
-                         max_rows=batch_size)
-    pipe = shot.pipe
+    model = open_model(EmbeddingPipeline.kind, source, max_rows=batch_size)
+    pipe = model.pipeline
+    assert isinstance(pipe, EmbeddingPipeline)
     pipe.check_dimensions(dimensions)       # a bad --dimensions or prompt name fails before any text is read
     pipe.prompt_text(prompt_name, prompt)
     writer = None
@@ -76,15 +76,15 @@ def embed_cmd(
         yield from records
 
     try:
-        for chunk in chunks(all_records(), max(pipe.max_rows * 4, 64)):
-            result = shot.run(pipe.plan, [r.text for r in chunk], dimensions=dimensions, normalize=normalize,
-                              truncate=truncate, prompt_name=prompt_name, prompt=prompt)
+        for chunk in chunks(all_records(), model.chunk_rows):
+            vectors = model.embed([r.text for r in chunk], dimensions=dimensions, normalize=normalize,
+                                  truncate=truncate, prompt_name=prompt_name, prompt=prompt)
             if output is not None:
                 if writer is None:
-                    writer = NpyWriter(output, result.vectors.shape[1])
-                writer.write(result.vectors)
+                    writer = NpyWriter(output, vectors.shape[1])
+                writer.write(vectors)
                 continue
-            for r, vec in zip(chunk, result.vectors, strict=True):
+            for r, vec in zip(chunk, vectors, strict=True):
                 obj = dict(r.data) if r.data is not None else {}
                 obj.update(index=r.index, embedding=vec)
                 write_jsonl(obj)

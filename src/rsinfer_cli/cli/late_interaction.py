@@ -44,17 +44,17 @@ def colbert_cmd(
     import sys
 
     from ..pipelines.late_interaction import LateInteractionPipeline
-    from .common import load_pipeline
+    from .common import open_model
     from .io import chunks, read_records, write_jsonl
 
     records = read_records(texts, input_, fmt, field)
-    shot = load_pipeline(LateInteractionPipeline, **source.options(), max_rows=batch_size)
-    pipe = shot.pipe
+    model = open_model(LateInteractionPipeline.kind, source, max_rows=batch_size)
+    pipe = model.pipeline
+    assert isinstance(pipe, LateInteractionPipeline)
     pipe.prompting.text(prompt_name)        # an unknown prompt name fails before any text is read
-    for chunk in chunks(records, max(pipe.max_rows * 4, 64)):
-        res = shot.run(pipe.plan_vectors, [r.text for r in chunk], is_query=query, truncate=truncate,
-                       prompt_name=prompt_name)
-        for rec, vectors in zip(chunk, res.vectors, strict=True):
+    for chunk in chunks(records, model.chunk_rows):
+        found = model.colbert([r.text for r in chunk], is_query=query, truncate=truncate, prompt_name=prompt_name)
+        for rec, vectors in zip(chunk, found, strict=True):
             obj: dict[str, Any] = dict(rec.data) if rec.data is not None else {"text": rec.text}
             obj.update(index=rec.index, vectors=vectors)
             write_jsonl(obj)

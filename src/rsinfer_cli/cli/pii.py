@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .common import MODEL_FLAGS, ModelFlags, OneShot, model_command
+from .common import MODEL_FLAGS, ModelFlags, model_command
 
 if TYPE_CHECKING:
-    from ..pipelines.pii import PiiPipeline
+    from ..api import Model
 
 EXAMPLES = """
 
@@ -124,26 +124,27 @@ class Run:
                 raise ConfigError(message)
 
 
-def _run(run: Run, input_: Path | None, pipe_args: dict[str, Any]) -> None:
+def _run(run: Run, input_: Path | None, source: ModelFlags, regions: tuple[str, ...] | None) -> None:
     """Lines in, the same lines out in order: each record's fields redacted (or its spans added), `batch_lines` at a
     time. A bad line (with --on-error fail) or a record without its field stops the run after everything before
     it was written."""
     from ..errors import ConfigError, InputError
     from ..pipelines.pii import PiiPipeline
-    from .common import load_pipeline
+    from .common import open_model
     from .io import read_lines
 
     run.check()
     lines = read_lines(input_)
-    shot = load_pipeline(PiiPipeline, flags={"pii_regions": "--regions"}, **pipe_args)
-    pipe = shot.pipe
+    model = open_model(PiiPipeline.kind, source, flags={"pii_regions": "--regions"}, pii_regions=regions)
+    pipe = model.pipeline
+    assert isinstance(pipe, PiiPipeline)
     unknown = sorted(set(run.types or ()) - set(pipe.types) - set(run.rules.types if run.rules else ()))
     if unknown:
         raise ConfigError(f"--types: the model has no {', '.join(unknown)} (it has {', '.join(pipe.types)})")
     if run.redacting and run.mode == "hash" and run.salt is None and pipe.salt_source.startswith("random"):
         print("rsinfer: note: no hash salt configured (--hash-salt or pii_hash_salt); hashes differ between runs",
               file=sys.stderr)
-    out = _Output(shot, run)
+    out = _Output(model, run)
     malformed = _Malformed()
     items = _items(lines, run, malformed)
     while True:
@@ -216,8 +217,8 @@ class _Malformed:
 class _Output:
     """Items wait here until `batch_lines` of them are redacted (or scanned) together and written in order."""
 
-    def __init__(self, shot: OneShot[PiiPipeline], run: Run) -> None:
-        self.shot, self.run = shot, run
+    def __init__(self, model: Model, run: Run) -> None:
+        self.model, self.run = model, run
         self.pending: list[Item] = []
 
     def add(self, item: Item) -> None:
@@ -236,16 +237,15 @@ class _Output:
     def _answer(self, texts: list[str]) -> tuple[list[str], list[list[dict[str, Any]]]]:
         """Each text's new value and its spans (--spans shows where each value was and what replaced it, never the
         value)."""
-        run, shot = self.run, self.shot
+        run, model = self.run, self.model
         if not texts:
             return [], []
         if run.redacting:
-            res = shot.run(shot.pipe.plan_redact, texts, mode=run.mode, mask_char=run.mask_char,
-                           replacement=run.replacement, threshold=run.threshold, types=run.types, salt=run.salt,
-                           rules=run.rules)
-            return res.texts, [[e.to_json() for e in found] for found in res.spans]
-        det = shot.run(shot.pipe.plan_detect, texts, run.threshold, run.types, run.rules)
-        return texts, [[e.to_json() for e in found] for found in det.entities]
+            done = model.redact(texts, mode=run.mode, mask_char=run.mask_char, replacement=run.replacement,
+                                threshold=run.threshold, types=run.types, salt=run.salt, rules=run.rules)
+            return [d.text for d in done], [[e.to_json() for e in d.spans] for d in done]
+        found = model.detect(texts, threshold=run.threshold, types=run.types, rules=run.rules)
+        return texts, [[e.to_json() for e in ents] for ents in found]
 
     def _write(self, it: Item, new: list[str], shown: list[list[dict[str, Any]]], k: int) -> int:
         """One item written back; returns the index of the next item's first text."""
@@ -355,7 +355,7 @@ def redact_cmd(
               threshold=threshold, types=_types(types), spans=spans,
               salt=hash_salt.encode("utf-8") if hash_salt else None, batch_lines=batch_lines,
               rules=_rules(patterns, allow))
-    _run(run, input_, {**source.options(), "pii_regions": _regions(regions)})
+    _run(run, input_, source, _regions(regions))
 
 
 @model_command
@@ -376,7 +376,7 @@ def detect_cmd(
     run = Run(redacting=False, fields=tuple(fields or ("text",)), plain=plain, on_error=on_error,
               allow_missing=allow_missing, threshold=threshold, types=_types(types), batch_lines=batch_lines,
               rules=_rules(patterns, allow))
-    _run(run, input_, {**source.options(), "pii_regions": _regions(regions)})
+    _run(run, input_, source, _regions(regions))
 
 
 redact_cmd.__doc__ = (__doc__ or "") + EXAMPLES

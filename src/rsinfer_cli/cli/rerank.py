@@ -34,17 +34,17 @@ def rerank_cmd(
                                   help="Cut pairs over max_len (default: the model's `truncate`)."),
 ) -> None:
     from ..errors import ConfigError
-    from ..pipelines.rerank import Reranker, ranked
-    from .common import load_pipeline
+    from ..pipelines.rerank import Reranker
+    from .common import open_model
     from .io import read_records, write_jsonl
 
     if top_n is not None and top_n < 0:
         raise ConfigError(f"--top-n must be >= 0, got {top_n}")
     records = list(read_records(documents, input_, fmt, field))  # ranking needs every document
-    shot = load_pipeline(Reranker, **source.options())
-    pipe = shot.pipe
-    result = shot.run(pipe.plan_rerank, query, [r.text for r in records], raw=raw, truncate=truncate)
-    order = ranked(result.scores, top_n)
+    model = open_model(Reranker.kind, source)
+    pipe = model.pipeline
+    assert isinstance(pipe, Reranker)
+    order = model.rerank(query, [r.text for r in records], top_n=top_n, raw=raw, truncate=truncate)
     if table:
         from rich.console import Console
         from rich.table import Table
@@ -52,15 +52,14 @@ def rerank_cmd(
         t = Table(title=f"{query}  ({pipe.rule(raw)})", title_justify="left")
         for col, justify in (("rank", "right"), ("index", "right"), ("score", "right"), ("document", "left")):
             t.add_column(col, justify=justify)  # type: ignore[arg-type]
-        for rank, i in enumerate(order, start=1):
-            text = records[i].text
-            t.add_row(str(rank), str(i), f"{result.scores[i]:.4f}", text if len(text) < 100 else text[:97] + "...")
+        for rank, r in enumerate(order, start=1):
+            text = records[r.index].text
+            t.add_row(str(rank), str(r.index), f"{r.score:.4f}", text if len(text) < 100 else text[:97] + "...")
         Console().print(t)
         return
-    for i in order:
-        r = records[i]
-        write_jsonl({"index": i, "score": float(result.scores[i]), **(r.data if r.data is not None else
-                                                                       {"text": r.text})})
+    for r in order:
+        rec = records[r.index]
+        write_jsonl({"index": r.index, "score": r.score, **(rec.data if rec.data is not None else {"text": rec.text})})
 
 
 rerank_cmd.__doc__ = (__doc__ or "") + EXAMPLES

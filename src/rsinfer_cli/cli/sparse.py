@@ -44,29 +44,32 @@ def sparse_cmd(
 ) -> None:
     import sys
 
+    import numpy as np
+
     from ..errors import ConfigError
     from ..pipelines.sparse import SparsePipeline
-    from .common import load_pipeline
+    from .common import open_model
     from .io import chunks, read_records, write_jsonl
 
     if top_k is not None and top_k < 1:
         raise ConfigError(f"--top-k must be >= 1, got {top_k}")
     records = read_records(texts, input_, fmt, field)
-    shot = load_pipeline(SparsePipeline, **source.options(), max_rows=batch_size)
-    pipe = shot.pipe
+    model = open_model(SparsePipeline.kind, source, max_rows=batch_size)
+    pipe = model.pipeline
+    assert isinstance(pipe, SparsePipeline)
     pipe.prompting.text(prompt_name)        # an unknown prompt name fails before any text is read
     rows: list[tuple[Any, list[tuple[str, float]]]] = []
-    for chunk in chunks(records, max(pipe.max_rows * 4, 64)):
-        res = shot.run(pipe.plan, [r.text for r in chunk], top_k=top_k, truncate=truncate, prompt_name=prompt_name)
-        for i, rec in enumerate(chunk):
+    for chunk in chunks(records, model.chunk_rows):
+        vectors = model.sparse([r.text for r in chunk], top_k=top_k, truncate=truncate, prompt_name=prompt_name)
+        for rec, (ids, values) in zip(chunk, vectors, strict=True):
             if table:
-                rows.append((rec, res.top_tokens(i, 8)))
+                order = np.argsort(-values, kind="stable")[:8]   # sentence-transformers' `decode`: by weight
+                rows.append((rec, list(zip(model.tokens(ids[order]), values[order].tolist(), strict=True))))
                 continue
-            ids, values = res.rows[i]
             obj: dict[str, Any] = dict(rec.data) if rec.data is not None else {"text": rec.text}
             obj.update(index=rec.index, indices=ids, values=values)
             if tokens:
-                obj["tokens"] = res.token_names(i)
+                obj["tokens"] = model.tokens(ids)
             write_jsonl(obj)
         sys.stdout.flush()
     if table:

@@ -44,15 +44,14 @@ def classify_cmd(
     import sys
 
     from ..pipelines.zeroshot import ZeroShotPipeline
-    from .common import load_pipeline
+    from .common import open_model
     from .io import chunks, read_records, write_jsonl
 
     label_list, judged = _task(labels, question, assertion, template, threshold)
     zero_shot = judged is None
     records = read_records(texts, input_, fmt, field)
     first = next(records, None)
-    shot = load_pipeline(ZeroShotPipeline, **source.options(),
-                         max_rows=batch_size)
+    model = open_model(ZeroShotPipeline.kind, source, max_rows=batch_size)
     rows = []
 
     def all_records() -> Iterator[Record]:
@@ -64,10 +63,10 @@ def classify_cmd(
     for chunk in chunks(all_records(), per_chunk):
         batch = [r.text for r in chunk]
         if judged is None:
-            res = shot.run(shot.pipe.plan_classify, batch, label_list, multi_label, template)
-            outs = [{"labels": r.labels, "scores": r.scores} for r in res.results]
+            outs = [{"labels": r.labels, "scores": r.scores} for r in
+                    model.classify(batch, label_list, multi_label=multi_label, template=template)]
         else:
-            outs = [r.to_json() for r in shot.run(shot.pipe.plan_true_false, batch, judged, threshold).results]
+            outs = [r.to_json() for r in model.classify(batch, assertion=judged, threshold=threshold)]
         for rec, out in zip(chunk, outs, strict=True):
             if table:
                 rows.append((rec, out))
