@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT, print_json
+from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT, print_json, progress_bar
 from .quantize import GATES, SPEED_OPT, GateFlags, finish, gate_command
 
 EXAMPLES = """
@@ -67,16 +67,6 @@ def _shapes(values: list[str]) -> dict[str, list[int]]:
     return out
 
 
-def _progress(total: int, label: str) -> Any:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from .common import stderr_is_tty
-
-    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True), disable=not stderr_is_tty(), transient=True)
-
-
 # ---------------------------------------------------------------- in-process
 
 
@@ -91,7 +81,7 @@ def bench_in_process(cfg: Any, server: Any, eps: list[str], batch_sizes: list[in
         raise ConfigError(f"--eps: unknown {', '.join(unknown)} (one of {', '.join(EPS)})")
     available = available_providers()
     rows: list[dict[str, Any]] = []
-    with _progress(len(eps) * len(batch_sizes) * len(seq_lens), "bench") as bar:
+    with progress_bar(len(eps) * len(batch_sizes) * len(seq_lens), "bench") as bar:
         task = bar.add_task("bench", total=len(eps) * len(batch_sizes) * len(seq_lens))
         for ep in eps:
             if PROVIDERS[ep] not in available:
@@ -225,7 +215,7 @@ def bench_http(url: str, route: str, model: str | None, corpus: list[str], concu
                duration: float, per_request: int) -> dict[str, Any]:
     import asyncio
 
-    with _progress(requests, route) as bar:
+    with progress_bar(requests, route) as bar:
         task = bar.add_task(route, total=requests)
         return asyncio.run(_drive(url, route, model, corpus, concurrency, requests, duration, per_request,
                                   lambda: bar.advance(task)))

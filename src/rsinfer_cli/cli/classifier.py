@@ -8,7 +8,17 @@ from typing import Any
 
 import typer
 
-from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, ModelFlags, model_command
+from .common import (
+    COLUMN_OPT,
+    ERROR_COLUMN_OPT,
+    FIELD_OPT,
+    FORMAT_OPT,
+    INPUT_OPT,
+    MODEL_FLAGS,
+    TABLE_OUTPUT_OPT,
+    ModelFlags,
+    model_command,
+)
 
 EXAMPLES = """
 
@@ -31,6 +41,9 @@ def predict_cmd(
     fmt: str = FORMAT_OPT,
     field: str = FIELD_OPT,
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
+    output: Path = TABLE_OUTPUT_OPT,
+    column: str = COLUMN_OPT,
+    error_column: str = ERROR_COLUMN_OPT,
     batch_size: int = typer.Option(None, "--batch-size",
                                    help="Texts per forward (default: the model's batching.max_rows)."),
     source: ModelFlags = MODEL_FLAGS,
@@ -43,6 +56,7 @@ def predict_cmd(
     from ..pipelines.classifier import ClassifierPipeline, check_function
     from .common import open_model
     from .io import chunks, read_records, write_jsonl
+    from .tables import table_command, wants_table
 
     if top_k is not None and top_k < 1:
         raise ConfigError(f"--top-k must be >= 1, got {top_k}")
@@ -50,6 +64,13 @@ def predict_cmd(
         chosen = check_function(function, "--function")
     except InputError as exc:
         raise ConfigError(str(exc).replace("`", "")) from None
+    if wants_table(input_, output):
+        from .common import table_job
+
+        job = table_job("predict", {"top_k": top_k, "raw": raw, "function": chosen, "truncate": truncate}, column,
+                        field, error_column)
+        table_command(ClassifierPipeline.kind, source, job, input_, output, batch_size)
+        return
     records = read_records(texts, input_, fmt, field)
     model = open_model(ClassifierPipeline.kind, source, max_rows=batch_size)
     rows = []

@@ -112,3 +112,31 @@ def open_model(kind: str, source: ModelFlags, *, max_rows: int | None = None,
     src = Source(name=source.model, config=source.config, path=source.path, hf=source.hf, revision=source.revision,
                  dtype=source.dtype, max_rows=max_rows, keys=tuple(overrides.items()))
     return Model(src.load(kind, CLI_NAMES, flags))
+
+
+def progress_bar(total: int | None, label: str) -> Any:
+    """A rich progress bar on stderr (only on a terminal): `total` steps, or a spinner-like bar when unknown."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), disable=not stderr_is_tty(), transient=True)
+
+
+# tables (cli/tables.py): Parquet or CSV in and out, by the files' extensions
+COLUMN_OPT = typer.Option(None, "--column", help="The text column of a .parquet or .csv --input (default: "
+                          "--field's value, else text).")
+TABLE_OUTPUT_OPT = typer.Option(None, "--output", "-o", help="With a .parquet or .csv --input: write .parquet, "
+                                ".csv or .jsonl (default: JSONL on stdout).")
+ERROR_COLUMN_OPT = typer.Option(None, "--error-column", help="Tables: a row the model refuses gets a null answer "
+                                "and its message in this column, instead of stopping the run.")
+
+
+def table_job(method: str, options: dict[str, Any], column: str | None, field: str | None,
+              error_column: str | None, **how: Any) -> Any:
+    """The api.arrow Job a table command runs: `method` with its options over --column (else --field)."""
+    from ..api.arrow import job_of
+
+    if error_column is not None:
+        how.update(on_error="column", error_column=error_column)
+    return job_of(method, options, column=column or field or "text", **how)

@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, ModelFlags, model_command
+from .common import (
+    COLUMN_OPT,
+    ERROR_COLUMN_OPT,
+    FIELD_OPT,
+    FORMAT_OPT,
+    INPUT_OPT,
+    MODEL_FLAGS,
+    ModelFlags,
+    model_command,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -25,6 +34,8 @@ Examples:
   rsinfer embed --hf Xenova/all-MiniLM-L6-v2 --input lines.txt --output vectors.npy
 
   rsinfer embed --path models/e5 --prompt-name query "how do I reset my password?"
+
+  rsinfer embed --path models/minilm --input docs.parquet --column body --output vectors.parquet
 """
 
 
@@ -34,7 +45,11 @@ def embed_cmd(
     input_: Path = INPUT_OPT,
     fmt: str = FORMAT_OPT,
     field: str = FIELD_OPT,
-    output: Path = typer.Option(None, "--output", "-o", help="Write a float32 .npy [n, dim] instead of JSONL."),
+    output: Path = typer.Option(None, "--output", "-o", help="Write a float32 .npy [n, dim] instead of JSONL; with a "
+                                ".parquet or .csv --input: .parquet, .csv or .jsonl (every column kept, `embedding` "
+                                "added)."),
+    column: str = COLUMN_OPT,
+    error_column: str = ERROR_COLUMN_OPT,
     source: ModelFlags = MODEL_FLAGS,
     dimensions: int = typer.Option(None, "--dimensions", help="Keep the first N dimensions, re-normalised."),
     normalize: bool = typer.Option(None, "--normalize/--no-normalize",
@@ -54,11 +69,19 @@ def embed_cmd(
 
     from ..errors import ConfigError, InputError
     from ..pipelines.embedding import EmbeddingPipeline
-    from .common import open_model
+    from .common import open_model, table_job
     from .io import NpyWriter, check_writable, chunks, read_records, write_jsonl
+    from .tables import table_command, wants_table
 
+    options = {"dimensions": dimensions, "normalize": normalize, "truncate": truncate, "prompt_name": prompt_name,
+               "prompt": prompt}
+    if wants_table(input_, output):
+        table_command(EmbeddingPipeline.kind, source, table_job("embed", options, column, field, error_column),
+                      input_, output, batch_size)
+        return
     if output is not None and output.suffix != ".npy":
-        raise ConfigError(f"--output must end in .npy, got '{output}'")
+        raise ConfigError(f"--output must end in .npy (or, with a .parquet or .csv --input, .parquet, .csv or "
+                          f".jsonl), got '{output}'")
     if output is not None:
         check_writable(output, "--output")  # before loading any model
     records = read_records(texts, input_, fmt, field)
@@ -77,8 +100,7 @@ def embed_cmd(
 
     try:
         for chunk in chunks(all_records(), model.chunk_rows):
-            vectors = model.embed([r.text for r in chunk], dimensions=dimensions, normalize=normalize,
-                                  truncate=truncate, prompt_name=prompt_name, prompt=prompt)
+            vectors = model.embed([r.text for r in chunk], **options)
             if output is not None:
                 if writer is None:
                     writer = NpyWriter(output, vectors.shape[1])

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .common import MODEL_FLAGS, ModelFlags, model_command
+from .common import COLUMN_OPT, ERROR_COLUMN_OPT, MODEL_FLAGS, TABLE_OUTPUT_OPT, ModelFlags, model_command
 
 if TYPE_CHECKING:
     from ..api import Model
@@ -24,6 +24,8 @@ Examples:
   rsinfer redact --path models/rampart-pii --field message.body --field subject --mode replace < in.jsonl
 
   kubectl logs app | rsinfer redact --path models/rampart-pii --plain --mode mask
+
+  rsinfer redact --path models/rampart-pii --input tickets.parquet --column body --output clean.parquet
 """
 
 DETECT_EXAMPLES = """
@@ -124,7 +126,32 @@ class Run:
                 raise ConfigError(message)
 
 
-def _run(run: Run, input_: Path | None, source: ModelFlags, regions: tuple[str, ...] | None) -> None:
+@dataclass(frozen=True)
+class Table:
+    """--output, --column and --error-column: a .parquet or .csv --input is redacted (or scanned) as a table."""
+
+    output: Path | None = None
+    column: str | None = None
+    error_column: str | None = None
+
+    def job(self, run: Run) -> Any:
+        from ..errors import ConfigError
+        from .common import table_job
+
+        if len(run.fields) > 1 and self.column is None:
+            raise ConfigError("tables: one --column at a time (got several --field)")
+        column = self.column or run.fields[0]
+        if run.redacting:
+            options = {"mode": run.mode, "mask_char": run.mask_char, "replacement": run.replacement,
+                       "threshold": run.threshold, "types": run.types, "salt": run.salt, "rules": run.rules}
+            return table_job("redact", options, column, None, self.error_column, output_column=column,
+                             spans=run.spans, spans_column=SPANS_KEY)
+        return table_job("detect", {"threshold": run.threshold, "types": run.types, "rules": run.rules}, column,
+                         None, self.error_column, output_column=SPANS_KEY)
+
+
+def _run(run: Run, input_: Path | None, source: ModelFlags, regions: tuple[str, ...] | None,
+         table: Table | None = None) -> None:
     """Lines in, the same lines out in order: each record's fields redacted (or its spans added), `batch_lines` at a
     time. A bad line (with --on-error fail) or a record without its field stops the run after everything before
     it was written."""
@@ -132,8 +159,13 @@ def _run(run: Run, input_: Path | None, source: ModelFlags, regions: tuple[str, 
     from ..pipelines.pii import PiiPipeline
     from .common import open_model
     from .io import read_lines
+    from .tables import table_command, wants_table
 
     run.check()
+    if table is not None and wants_table(input_, table.output):
+        table_command(PiiPipeline.kind, source, table.job(run), input_, table.output,
+                      flags={"pii_regions": "--regions"}, pii_regions=regions)
+        return
     lines = read_lines(input_)
     model = open_model(PiiPipeline.kind, source, flags={"pii_regions": "--regions"}, pii_regions=regions)
     pipe = model.pipeline
@@ -348,6 +380,9 @@ def redact_cmd(
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines redacted together (memory stays bounded)."),
     patterns: Path = PATTERNS_OPT,
     allow: Path = ALLOW_OPT,
+    output: Path = TABLE_OUTPUT_OPT,
+    column: str = COLUMN_OPT,
+    error_column: str = ERROR_COLUMN_OPT,
     source: ModelFlags = MODEL_FLAGS,
 ) -> None:
     run = Run(redacting=True, fields=tuple(fields or ("text",)), plain=plain, on_error=on_error,
@@ -355,7 +390,7 @@ def redact_cmd(
               threshold=threshold, types=_types(types), spans=spans,
               salt=hash_salt.encode("utf-8") if hash_salt else None, batch_lines=batch_lines,
               rules=_rules(patterns, allow))
-    _run(run, input_, source, _regions(regions))
+    _run(run, input_, source, _regions(regions), Table(output, column, error_column))
 
 
 @model_command
@@ -371,12 +406,15 @@ def detect_cmd(
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines scanned together (memory stays bounded)."),
     patterns: Path = PATTERNS_OPT,
     allow: Path = ALLOW_OPT,
+    output: Path = TABLE_OUTPUT_OPT,
+    column: str = COLUMN_OPT,
+    error_column: str = ERROR_COLUMN_OPT,
     source: ModelFlags = MODEL_FLAGS,
 ) -> None:
     run = Run(redacting=False, fields=tuple(fields or ("text",)), plain=plain, on_error=on_error,
               allow_missing=allow_missing, threshold=threshold, types=_types(types), batch_lines=batch_lines,
               rules=_rules(patterns, allow))
-    _run(run, input_, source, _regions(regions))
+    _run(run, input_, source, _regions(regions), Table(output, column, error_column))
 
 
 redact_cmd.__doc__ = (__doc__ or "") + EXAMPLES

@@ -8,7 +8,17 @@ from typing import Any
 
 import typer
 
-from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, ModelFlags, model_command
+from .common import (
+    COLUMN_OPT,
+    ERROR_COLUMN_OPT,
+    FIELD_OPT,
+    FORMAT_OPT,
+    INPUT_OPT,
+    MODEL_FLAGS,
+    TABLE_OUTPUT_OPT,
+    ModelFlags,
+    model_command,
+)
 
 EXAMPLES = """
 
@@ -32,6 +42,9 @@ def sparse_cmd(
                                                     "model's max_active_dims)."),
     tokens: bool = typer.Option(False, "--tokens", help="Add each index's vocabulary token (`tokens`)."),
     table: bool = typer.Option(False, "--table", help="A table of each text's top tokens, for people."),
+    output: Path = TABLE_OUTPUT_OPT,
+    column: str = COLUMN_OPT,
+    error_column: str = ERROR_COLUMN_OPT,
     source: ModelFlags = MODEL_FLAGS,
     truncate: bool = typer.Option(None, "--truncate/--no-truncate",
                                   help="Cut texts over max_len (default: the model's `truncate`)."),
@@ -50,9 +63,17 @@ def sparse_cmd(
     from ..pipelines.sparse import SparsePipeline
     from .common import open_model
     from .io import chunks, read_records, write_jsonl
+    from .tables import table_command, wants_table
 
     if top_k is not None and top_k < 1:
         raise ConfigError(f"--top-k must be >= 1, got {top_k}")
+    if wants_table(input_, output):
+        from .common import table_job
+
+        job = table_job("sparse", {"top_k": top_k, "truncate": truncate, "prompt_name": prompt_name}, column, field,
+                        error_column)
+        table_command(SparsePipeline.kind, source, job, input_, output, batch_size)
+        return
     records = read_records(texts, input_, fmt, field)
     model = open_model(SparsePipeline.kind, source, max_rows=batch_size)
     pipe = model.pipeline

@@ -7,7 +7,17 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, ModelFlags, model_command
+from .common import (
+    COLUMN_OPT,
+    ERROR_COLUMN_OPT,
+    FIELD_OPT,
+    FORMAT_OPT,
+    INPUT_OPT,
+    MODEL_FLAGS,
+    TABLE_OUTPUT_OPT,
+    ModelFlags,
+    model_command,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -37,6 +47,9 @@ def classify_cmd(
     fmt: str = FORMAT_OPT,
     field: str = FIELD_OPT,
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
+    output: Path = TABLE_OUTPUT_OPT,
+    column: str = COLUMN_OPT,
+    error_column: str = ERROR_COLUMN_OPT,
     batch_size: int = typer.Option(None, "--batch-size",
                                    help="Pairs per forward (default: the model's batching.max_rows)."),
     source: ModelFlags = MODEL_FLAGS,
@@ -46,9 +59,18 @@ def classify_cmd(
     from ..pipelines.zeroshot import ZeroShotPipeline
     from .common import open_model
     from .io import chunks, read_records, write_jsonl
+    from .tables import table_command, wants_table
 
     label_list, judged = _task(labels, question, assertion, template, threshold)
     zero_shot = judged is None
+    if wants_table(input_, output):
+        from .common import table_job
+
+        options = ({"labels": label_list, "multi_label": multi_label, "template": template} if zero_shot else
+                   {"assertion": judged, "threshold": threshold})
+        table_command(ZeroShotPipeline.kind, source, table_job("classify", options, column, field, error_column),
+                      input_, output, batch_size)
+        return
     records = read_records(texts, input_, fmt, field)
     first = next(records, None)
     model = open_model(ZeroShotPipeline.kind, source, max_rows=batch_size)
