@@ -279,3 +279,42 @@ def job_of(method_name: str, options: Mapping[str, Any], **how: Any) -> Job:
         raise ConfigError(f"{', '.join(unknown)}: not an option of {method_name}() (its options: "
                           f"{', '.join(sorted(known))})")
     return Job(method_name, options=tuple(options.items()), **how)
+
+
+JOB_KEYS = ("column", "output_column", "on_error", "error_column", "query_column", "spans", "spans_column")
+
+
+def split_keys(method_name: str, keys: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """An adapter's keyword arguments as (load's, the method's options, the Job's): the method's options are the
+    names its signature has, the Job's are JOB_KEYS, the rest go to `load` (which refuses what it does not know)."""
+    import inspect
+
+    from .model import Model
+
+    fn = getattr(Model, "score" if method(method_name).pairs else method_name)
+    own = {p for p in inspect.signature(fn).parameters if p not in ("self", "texts", "queries", "documents")}
+    options = {k: v for k, v in keys.items() if k in own}
+    how = {k: v for k, v in keys.items() if k in JOB_KEYS}
+    load = {k: v for k, v in keys.items() if k not in own and k not in JOB_KEYS}
+    return load, options, how
+
+
+def output_type(method_name: str, options: Mapping[str, Any]) -> pa.DataType:
+    """The Arrow type of a method's answer column before any row is run (what Spark declares); redact's is a
+    struct of the text and its spans."""
+    pa = pyarrow()
+    floats = pa.list_(pa.float32())
+    kinds: dict[str, Any] = {
+        "embed": lambda: floats,
+        "sparse": lambda: pa.list_(pa.struct([("index", pa.int32()), ("value", pa.float32())])),
+        "colbert": lambda: pa.list_(floats),
+        "score": pa.float64,
+        "predict": lambda: _labels_type(pa),
+        "classify": lambda: (
+            pa.struct([("labels", pa.list_(pa.string())), ("scores", pa.list_(pa.float64()))])
+            if options.get("labels") is not None else
+            pa.struct([("label", pa.string()), ("is_true", pa.bool_()), ("true_probability", pa.float64())])),
+        "detect": lambda: _entity_type(pa),
+        "redact": lambda: pa.struct([("text", pa.string()), ("spans", spans_type(pa))]),
+    }
+    return kinds[method(method_name).name]()

@@ -104,7 +104,8 @@ def root(
 
 
 _COMMANDS: dict[str, tuple[families.Command, str | None]] = {
-    "batch": (batch.batch_cmd, batch.batch_cmd.__doc__), "bench": (bench.bench_cmd, bench.bench_cmd.__doc__), "download": (download.download_cmd, download.__doc__),
+    "batch": (batch.batch_cmd, batch.batch_cmd.__doc__), "bench": (bench.bench_cmd, bench.bench_cmd.__doc__),
+    "download": (download.download_cmd, download.__doc__),
     "inspect": (inspect.inspect_cmd, inspect.__doc__), "serve": (serve.serve_cmd, serve.__doc__),
     "openapi": (openapi.openapi_cmd, openapi.__doc__),
     "quantize": (quantize.quantize_cmd, quantize.quantize_cmd.__doc__)}
