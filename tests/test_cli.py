@@ -15,7 +15,8 @@ import synth
 from conftest import ROOT
 
 # what no help screen needs; pydantic: typer 0.29 builds a pydantic adapter per option (+70 ms a subcommand's help)
-HEAVY = ("onnxruntime", "numpy", "aiohttp", "tokenizers", "huggingface_hub", "prometheus_client", "pydantic")
+HEAVY = ("onnxruntime", "numpy", "aiohttp", "tokenizers", "huggingface_hub", "prometheus_client", "pydantic",
+         "ray", "pyspark", "pyarrow", "pandas")
 
 
 def rsinfer(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -24,7 +25,8 @@ def rsinfer(*args: str, env: dict | None = None, timeout: float = 120) -> subpro
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["--version"]] + [[c, "--help"] for c in (
-    "serve", "inspect", "download", "embed", "rerank", "redact", "detect", "classify", "bench", "openapi")])
+    "serve", "inspect", "download", "embed", "rerank", "redact", "detect", "classify", "bench", "openapi", "batch",
+    "sparse", "predict")])
 def test_help_imports_nothing_heavy(argv):
     code = ("import sys\nfrom rsinfer_cli.cli.app import main\n"
             f"try:\n    main({argv!r})\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
