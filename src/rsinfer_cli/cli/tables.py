@@ -79,25 +79,30 @@ def run_table(model: Model, job: Job, input_: Path | None, output: Path | None) 
     with progress_bar(source.rows, f"{job.method} {input_.name}") as bar:
         task = bar.add_task(job.method, total=source.rows)
         try:
-            for batch in source.batches():
-                sink.write(job.run(model, pa.Table.from_batches([batch]), first_row=done))
-                done += batch.num_rows
-                bar.update(task, advance=batch.num_rows)
+            for table in source.batches():    # a row group, or a CSV chunk
+                parts = []
+                for batch in table.to_batches(max_chunksize=model.chunk_rows):
+                    parts.append(job.run(model, pa.Table.from_batches([batch]), first_row=done))
+                    done += batch.num_rows
+                    bar.update(task, advance=batch.num_rows)
+                if parts:
+                    sink.write(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
         except InputError:
             sink.close()
             if output is not None:
-                print(f"rsinfer: wrote {done} rows to {output} (the rows before the failing batch)", file=sys.stderr)
+                print(f"rsinfer: wrote {sink.rows} rows to {output} (those before the failing row's row group or "
+                  "chunk)", file=sys.stderr)
             raise
         except BaseException:
             sink.abort()
             raise
     sink.close()
     if output is not None:
-        print(f"rsinfer: wrote {done} rows to {output}", file=sys.stderr)
+        print(f"rsinfer: wrote {sink.rows} rows to {output}", file=sys.stderr)
 
 
 class ParquetSource:
-    """A Parquet file's rows in batches (a row group at most: bounded memory), every column as stored."""
+    """A Parquet file's rows a row group at a time (bounded memory), every column as stored."""
 
     def __init__(self, path: Path, batch_rows: int) -> None:
         import pyarrow.parquet as pq
@@ -111,18 +116,18 @@ class ParquetSource:
             raise ConfigError(f"--input {path}: not a readable Parquet file ({_reason(exc)})") from None
         self.rows: int | None = self.file.metadata.num_rows
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        it = self.file.iter_batches(batch_size=self.batch_rows, use_threads=False)
+    def batches(self) -> Iterator[pa.Table]:
+        """A row group at a time (memory: about one row group, in and out; the output keeps the input's row
+        groups)."""
         done = 0
-        while True:
+        for group in range(self.file.num_row_groups):
             try:
-                batch = next(it)
-            except StopIteration:
-                return
+                table = self.file.read_row_group(group, use_threads=False)
             except Exception as exc:    # a corrupt page or row group
-                raise InputError(f"--input {self.path}: unreadable after row {done} ({_reason(exc)})") from None
-            done += batch.num_rows
-            yield batch
+                raise InputError(f"--input {self.path}: row group {group} (from row {done}) is unreadable "
+                                 f"({_reason(exc)})") from None
+            done += table.num_rows
+            yield table
 
 
 class CsvSource:
@@ -139,7 +144,7 @@ class CsvSource:
         except OSError as exc:
             raise ConfigError(f"--input {path}: cannot read: {exc.strerror}") from None
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
+    def batches(self) -> Iterator[pa.Table]:
         import csv
 
         import pyarrow as pa
@@ -169,7 +174,7 @@ class CsvSource:
 
 
 def _string_batch(pa: Any, header: list[str], rows: list[list[str]]) -> Any:
-    return pa.RecordBatch.from_arrays([pa.array([r[i] for r in rows], pa.string()) for i in range(len(header))],
+    return pa.Table.from_arrays([pa.array([r[i] for r in rows], pa.string()) for i in range(len(header))],
                                       names=header)
 
 
@@ -193,10 +198,12 @@ class ParquetSink:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.writer: Any = None
+        self.rows = 0
 
     def write(self, table: pa.Table) -> None:
         import pyarrow.parquet as pq
 
+        self.rows += table.num_rows
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.path, table.schema)
         self.writer.write_table(table)
@@ -223,10 +230,12 @@ class CsvSink:
             raise ConfigError(f"--output {path}: cannot write: {exc.strerror}") from None
         self.writer = csv.writer(self.stream)
         self.header = False
+        self.rows = 0
 
     def write(self, table: pa.Table) -> None:
         from ..jsonio import dumps
 
+        self.rows += table.num_rows
         if not self.header:
             self.writer.writerow(table.column_names)
             self.header = True
@@ -249,10 +258,12 @@ class JsonlSink:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.stream: Any = sys.stdout if path is None else open(path, "w", encoding="utf-8")  # noqa: SIM115
+        self.rows = 0
 
     def write(self, table: pa.Table) -> None:
         from ..jsonio import dumps_line
 
+        self.rows += table.num_rows
         for row in table.to_pylist():
             self.stream.write(dumps_line(row))
         self.stream.flush()
