@@ -130,8 +130,9 @@ async def run(app: web.Application, requests: list[Request], out: IO[str], concu
     import aiohttp
     from aiohttp import web
 
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
+    from .run import app_runner
+
+    runner = await app_runner(app, drain_s=5.0)       # as `rsinfer serve` runs the app
     with tempfile.TemporaryDirectory(prefix="rsinfer-batch-") as folder:
         sock = str(Path(folder) / "app.sock")
         await web.UnixSite(runner, sock).start()
