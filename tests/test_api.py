@@ -173,7 +173,7 @@ def test_a_caller_s_mistakes_are_typed_errors(shared_models):
         model.embed(["a", 3])
     with pytest.raises(ConfigError, match="redact\\(\\) needs a model of kind pii"):
         model.redact(["x"])
-    with pytest.raises(ConfigError, match="poolling: not a key of a embedding model"):
+    with pytest.raises(ConfigError, match="poolling: not a key of a model of kind embedding"):
         rsinfer_cli.load(path, poolling="mean")
     with pytest.raises(ConfigError, match="give either path= or hf="):
         rsinfer_cli.load(path, hf="org/x")

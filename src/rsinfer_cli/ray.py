@@ -32,7 +32,10 @@ def _actor_cpus() -> int | None:
         return None
     if not ray.is_initialized():
         return None
-    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")  # type: ignore[no-untyped-call]
+    try:
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")  # type: ignore[no-untyped-call]
+    except AssertionError:      # the driver: no resources of its own
+        return None
     return max(1, round(cpus)) if cpus else None
 
 
@@ -45,10 +48,10 @@ class _Method:
         from .api import load
 
         load_keys, options, how = split_keys(self.method, keys)
+        self.job = job_of(self.method, options, **how)     # options checked before the model loads
         if path is not None:
             load_keys["path"] = path
         load_keys.setdefault("threads", _actor_cpus())
-        self.job = job_of(self.method, options, **how)     # options checked before the model loads
         self.model = load(**load_keys)
 
     def __call__(self, batch: Any) -> Any:

@@ -199,9 +199,10 @@ class Job:
             out.append(self.error_column)
         return out
 
-    def run(self, model: Model, table: pa.Table | pa.RecordBatch, first_row: int = 0) -> pa.Table:
+    def run(self, model: Model, table: pa.Table | pa.RecordBatch, first_row: int | None = None) -> pa.Table:
         """The table with the job's columns added (or replaced where they share a name), every other column as
-        it was. `first_row`: the table's first row's number in its source, for messages."""
+        it was. `first_row`: the table's first row's number in its source, for messages (None: a batch of a
+        dataset, its rows named by their place in it)."""
         pa = pyarrow()
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
@@ -220,7 +221,7 @@ class Job:
         return table
 
     def _answers(self, model: Model, texts: list[str | None], queries: list[str | None] | None,
-                 first_row: int) -> tuple[list[Any], list[str | None]]:
+                 first_row: int | None) -> tuple[list[Any], list[str | None]]:
         """Each row's answer (None: a null text, or a refused row with on_error=column) and error message."""
         rows = [i for i, t in enumerate(texts) if t is not None and (queries is None or queries[i] is not None)]
         got: list[Any] = [None] * len(texts)
@@ -239,8 +240,8 @@ class Job:
             except InputError as exc:
                 message = str(exc).replace("input[0] ", "the text ", 1)
                 if self.on_error == "fail":
-                    raise InputError(f"row {first_row + i}: column '{self.column}': {message}",
-                                     param=self.column) from None
+                    row = f"row {i} of the batch" if first_row is None else f"row {first_row + i}"
+                    raise InputError(f"{row}: column '{self.column}': {message}", param=self.column) from None
                 errors[i] = message
         return got, errors
 
@@ -251,7 +252,7 @@ class Job:
         return list(getattr(model, self.method)(texts, **options))
 
 
-def _strings(table: pa.Table, column: str, first_row: int) -> list[str | None]:
+def _strings(table: pa.Table, column: str, first_row: int | None) -> list[str | None]:
     """A column of strings (nulls as None); ConfigError for a missing or non-string column."""
     import pyarrow.types as t
 
@@ -262,7 +263,7 @@ def _strings(table: pa.Table, column: str, first_row: int) -> list[str | None]:
     if t.is_dictionary(kind):
         values, kind = values.cast(kind.value_type), kind.value_type
     if not (t.is_string(kind) or t.is_large_string(kind) or t.is_string_view(kind) or t.is_null(kind)):
-        raise InputError(f"column '{column}' holds {kind}, not strings (rows from {first_row})", param=column)
+        raise InputError(f"column '{column}' holds {kind}, not strings", param=column)
     return values.to_pylist()  # type: ignore[no-any-return]
 
 

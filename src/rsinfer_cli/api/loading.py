@@ -190,8 +190,8 @@ def _with_overrides(cfg: Any, given: dict[str, Any], flags: Mapping[str, str]) -
     entry = {f.name for f in dataclasses.fields(cfg)}
     unknown = sorted(set(given) - own - entry)
     if unknown:
-        raise ConfigError(f"{', '.join(flags.get(k, k) for k in unknown)}: not a key of a {cfg.kind} model "
-                          f"(its own keys: {', '.join(sorted(own)) or 'none'})")
+        raise ConfigError(f"{', '.join(flags.get(k, k) for k in unknown)}: not a key of a model of kind "
+                          f"{cfg.kind} (its family's keys: {', '.join(sorted(own)) or 'none'})")
     options = dataclasses.replace(cfg.options, **{k: v for k, v in given.items() if k in own}) if own else None
     check = getattr(options, "check", None)
     for key, message in check() if check is not None else ():
