@@ -13,7 +13,8 @@ import rsinfer_cli
 
 # a one-node cluster whose servers (GCS, raylet, workers) listen on loopback only: read when ray is imported
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'rsinfer[ray]')")
+pytest.importorskip("ray.data", reason="the ray extra is not installed (pip install 'rsinfer[ray]')")
+import ray  # noqa: E402
 import ray.data  # noqa: E402
 
 import rsinfer_cli.ray as rr  # noqa: E402
