@@ -6,7 +6,14 @@ _rsinfer() {
     done
     case "$cmd" in
         "")
-            COMPREPLY=($(compgen -W "bench classify colbert detect download embed inspect openapi predict quantize redact rerank serve sparse --version --help" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "batch bench classify colbert detect download embed inspect openapi predict quantize redact rerank serve sparse --version --help" -- "$cur")); return ;;
+        batch)
+            case "$prev" in
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --concurrency) return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --output -o --concurrency --help -h" -- "$cur")) ;;
         bench)
             case "$prev" in
                 --url) return ;;
@@ -50,6 +57,9 @@ _rsinfer() {
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --format) return ;;
                 --field) return ;;
+                --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --column) return ;;
+                --error-column) return ;;
                 --batch-size) return ;;
                 --model|-m) return ;;
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -58,7 +68,7 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--labels -l --multi-label --template --question --assertion --threshold --input -i --format --field --table --batch-size --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--labels -l --multi-label --template --question --assertion --threshold --input -i --format --field --table --output -o --column --error-column --batch-size --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         colbert)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -85,6 +95,9 @@ _rsinfer() {
                 --batch-lines) return ;;
                 --patterns) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --allow) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --column) return ;;
+                --error-column) return ;;
                 --model|-m) return ;;
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -92,7 +105,7 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --threshold --types --regions --on-error --allow-missing --batch-lines --patterns --allow --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --threshold --types --regions --on-error --allow-missing --batch-lines --patterns --allow --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         download)
             case "$prev" in
                 --revision) return ;;
@@ -109,6 +122,8 @@ _rsinfer() {
                 --format) return ;;
                 --field) return ;;
                 --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --column) return ;;
+                --error-column) return ;;
                 --model|-m) return ;;
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -120,7 +135,7 @@ _rsinfer() {
                 --prompt-name) return ;;
                 --prompt) return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --output -o --model -m --config -c --path --hf --revision --dtype --dimensions --normalize/--no-normalize --truncate/--no-truncate --batch-size --prompt-name --prompt --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --dimensions --normalize/--no-normalize --truncate/--no-truncate --batch-size --prompt-name --prompt --help -h" -- "$cur")) ;;
         inspect)
             case "$prev" in
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -147,6 +162,9 @@ _rsinfer() {
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --format) return ;;
                 --field) return ;;
+                --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --column) return ;;
+                --error-column) return ;;
                 --batch-size) return ;;
                 --model|-m) return ;;
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -155,7 +173,7 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--top-k --raw --function --input -i --format --field --table --batch-size --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--top-k --raw --function --input -i --format --field --table --output -o --column --error-column --batch-size --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --help -h" -- "$cur")) ;;
         quantize)
             case "$prev" in
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
@@ -188,6 +206,9 @@ _rsinfer() {
                 --batch-lines) return ;;
                 --patterns) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --allow) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --column) return ;;
+                --error-column) return ;;
                 --model|-m) return ;;
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -195,7 +216,7 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --mode --mask-char --replacement --threshold --types --regions --spans --on-error --allow-missing --hash-salt --batch-lines --patterns --allow --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --mode --mask-char --replacement --threshold --types --regions --spans --on-error --allow-missing --hash-salt --batch-lines --patterns --allow --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         rerank)
             case "$prev" in
                 --query|-q) return ;;
@@ -227,6 +248,9 @@ _rsinfer() {
                 --format) return ;;
                 --field) return ;;
                 --top-k) return ;;
+                --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --column) return ;;
+                --error-column) return ;;
                 --model|-m) return ;;
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -236,7 +260,7 @@ _rsinfer() {
                 --batch-size) return ;;
                 --prompt-name) return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --top-k --tokens --table --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --batch-size --prompt-name --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --top-k --tokens --table --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --batch-size --prompt-name --help -h" -- "$cur")) ;;
     esac
 }
 complete -o default -o bashdefault -F _rsinfer rsinfer

@@ -16,6 +16,7 @@ pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installe
 from rsinfer_cli import spark as rs  # noqa: E402
 
 ROWS = 2000
+KILLED_ROWS = 600       # the kill test: Spark's task retry is what it shows, not throughput
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",
                                         "ignore::ResourceWarning")
 
@@ -85,15 +86,16 @@ def test_a_python_worker_killed_mid_job_leaves_every_row_once(spark, shared_mode
 
     @pandas_udf("int")
     def die_once(ids: pd.Series) -> pd.Series:
-        if not os.path.exists(marker) and (ids >= ROWS // 2).any():
+        if not os.path.exists(marker) and (ids >= KILLED_ROWS // 2).any():
             open(marker, "w").close()
             os._exit(1)                  # the executor's Python worker dies mid-task
         return ids * 0
 
     embed = rs.embed(path=str(shared_models / "all-minilm-l6-v2"))
-    rows = collected(frame(spark).withColumn("embedding", embed("text")).withColumn("k", die_once("id")))
+    rows = collected(frame(spark, KILLED_ROWS).withColumn("embedding", embed("text"))
+                     .withColumn("k", die_once("id")))
     assert os.path.exists(marker)
-    want = rsinfer_cli.load(shared_models / "all-minilm-l6-v2").embed(texts())
+    want = rsinfer_cli.load(shared_models / "all-minilm-l6-v2").embed(texts(KILLED_ROWS))
     np.testing.assert_allclose(np.array([r.embedding for r in rows], dtype=np.float32), want, rtol=0, atol=2e-6)
 
 
@@ -115,3 +117,19 @@ def test_pairs_nulls_and_the_error_column(spark, shared_models):
         df.where("id = 2").withColumn("e", failing("text")).collect()
     with pytest.raises(rsinfer_cli.errors.ConfigError, match="take their columns as arguments"):
         rs.embed(path="x", column="body")
+
+
+def test_whole_records_redacted_in_place(spark, shared_models):
+    rows = [(i, f"Re: invoice {i} for ana.souza{i}@example.org", t) for i, t in enumerate(texts(40))]
+    df = spark.createDataFrame(rows, "id int, subject string, text string").repartition(3)
+    out = collected(rs.redact_records(df, ["subject", "text"], spans=True, path=str(shared_models / "rampart-pii"),
+                                      mode="replace"))
+    assert out[0].__fields__ == ["id", "subject", "text", "subject_spans", "text_spans"]
+    model = rsinfer_cli.load(shared_models / "rampart-pii")
+    subjects = model.redact([r[1] for r in rows], mode="replace")
+    bodies = model.redact([r[2] for r in rows], mode="replace")
+    assert [r.subject for r in out] == [d.text for d in subjects] and [r.text for r in out] == [d.text for d in bodies]
+    assert [[s.asDict() for s in r.text_spans] for r in out] == [[s.to_json() for s in d.spans] for d in bodies]
+    assert not any("@example.org" in r.subject for r in out)
+    with pytest.raises(rsinfer_cli.errors.ConfigError, match="no column 'body'"):
+        rs.redact_records(df, ["body"], path=str(shared_models / "rampart-pii"))

@@ -48,20 +48,20 @@ def test_embed_parquet_is_the_api_and_keeps_every_column(shared_models, tmp_path
 
 
 def test_redacting_a_large_parquet_file_holds_memory_bounded(shared_models, tmp_path):
-    """2,000 rows beside a 200 KB binary column each (400 MB on disk, row groups of 20 rows): the run's peak RSS
+    """1,000 rows beside a 400 KB binary column each (400 MB on disk, row groups of 10 rows): the run's peak RSS
     stays within 120 MB of the same run over the text alone, and every other column comes back byte for byte."""
-    rows, blob = 2000, 200_000
+    rows, blob = 1000, 400_000
     texts = tickets(rows)
     rng = np.random.default_rng(7)
     big = tmp_path / "big.parquet"
     small = tmp_path / "small.parquet"
     schema = pa.schema([("id", pa.int64()), ("text", pa.string()), ("payload", pa.binary())])
     with pq.ParquetWriter(big, schema, compression="none") as w:
-        for start in range(0, rows, 20):
-            ids = list(range(start, start + 20))
-            w.write_table(pa.table({"id": ids, "text": texts[start:start + 20],
+        for start in range(0, rows, 10):
+            ids = list(range(start, start + 10))
+            w.write_table(pa.table({"id": ids, "text": texts[start:start + 10],
                                     "payload": [rng.bytes(blob) for _ in ids]}, schema=schema))
-    pq.write_table(pa.table({"id": list(range(rows)), "text": texts}), small, row_group_size=20)
+    pq.write_table(pa.table({"id": list(range(rows)), "text": texts}), small, row_group_size=10)
     assert big.stat().st_size > 380e6
 
     def peak(src: Path, dst: Path) -> int:

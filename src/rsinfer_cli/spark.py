@@ -28,7 +28,7 @@ from typing import Any
 
 from .api.arrow import job_of, output_type, pyarrow, split_keys
 
-__all__ = ["classify", "colbert", "detect", "embed", "predict", "redact", "rerank", "sparse"]
+__all__ = ["classify", "colbert", "detect", "embed", "predict", "redact", "redact_records", "rerank", "sparse"]
 
 _MODELS: dict[str, Any] = {}       # per Python worker: the models its tasks loaded, by their load keys
 _LOCK = threading.Lock()
@@ -150,3 +150,43 @@ def redact(path: str | None = None, **keys: Any) -> Callable[..., Any]:
 
 def _with_path(path: str | None, keys: dict[str, Any]) -> dict[str, Any]:
     return {**keys, "path": path} if path is not None else keys
+
+
+def redact_records(df: Any, columns: list[str], *, spans: bool = False, **keys: Any) -> Any:
+    """Whole records redacted with `DataFrame.mapInArrow`: each of `columns` replaced by its redacted text in the
+    same place, every other column as it was; `spans=True` adds `<column>_spans` beside each (where each value was,
+    never the value); `on_error="column"` adds `<column>_error`. `keys`: `load`'s and redact()'s, as `redact`."""
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from .api.arrow import spans_type
+
+    load_keys, options, how = split_keys("redact", keys)
+    if how.pop("column", None) is not None or how.pop("output_column", None) is not None:
+        from .errors import ConfigError
+
+        raise ConfigError("redact_records takes its columns as `columns`, not column=")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        from .errors import ConfigError
+
+        raise ConfigError(f"no column {', '.join(map(repr, missing))} (the columns: {', '.join(df.columns)})")
+    jobs = [job_of("redact", options, column=c, output_column=c, spans=spans, spans_column=f"{c}_spans",
+                   **{**how, "error_column": f"{c}_error"}) for c in columns]
+    fields = list(df.schema.fields)
+    pa = pyarrow()
+    for c in columns:
+        if spans:
+            fields.append(StructField(f"{c}_spans", from_arrow_type(spans_type(pa))))
+        if jobs[0].on_error == "column":
+            fields.append(StructField(f"{c}_error", StringType()))
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        model = _model(load_keys)
+        for batch in batches:
+            table = pa.Table.from_batches([batch])
+            for job in jobs:
+                table = job.run(model, table)
+            yield from table.to_batches()
+
+    return df.mapInArrow(run, StructType(fields))

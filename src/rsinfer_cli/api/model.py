@@ -90,6 +90,7 @@ class Model:
 
     @property
     def name(self) -> str:
+        """Its name: the config entry's, or the folder's or repo's last part."""
         return self._loaded.name
 
     @property

@@ -4,7 +4,8 @@
   dataclass: every key with its type, default, allowed values and the comment written beside the field in the
   source — one source of truth: a key added to a dataclass appears here, and a key without a comment fails the test;
 - `docs/reference/cli.md` from the Typer app, as the completions and the man page are;
-- `docs/reference/metrics.md` from the metrics registry (server/metrics.py).
+- `docs/reference/metrics.md` from the metrics registry (server/metrics.py);
+- `docs/reference/api.md` from the Python API (cli/docapi.py).
 """
 
 from __future__ import annotations
@@ -242,5 +243,7 @@ def metrics_md() -> str:
 
 
 def generated() -> dict[str, str]:
+    from .docapi import api_md
+
     return {"docs/reference/configuration.md": configuration_md(), "docs/reference/cli.md": cli_md(),
-            "docs/reference/metrics.md": metrics_md()}
+            "docs/reference/metrics.md": metrics_md(), "docs/reference/api.md": api_md()}

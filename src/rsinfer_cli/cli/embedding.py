@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -65,12 +65,10 @@ def embed_cmd(
     prompt: str = typer.Option(None, "--prompt", help="Text put before each text instead of a named prompt "
                                                       "('' for none)."),
 ) -> None:
-    import sys
-
-    from ..errors import ConfigError, InputError
+    from ..errors import ConfigError
     from ..pipelines.embedding import EmbeddingPipeline
     from .common import open_model, table_job
-    from .io import NpyWriter, check_writable, chunks, read_records, write_jsonl
+    from .io import check_writable, read_records
     from .tables import table_command, wants_table
 
     options = {"dimensions": dimensions, "normalize": normalize, "truncate": truncate, "prompt_name": prompt_name,
@@ -91,15 +89,26 @@ def embed_cmd(
     assert isinstance(pipe, EmbeddingPipeline)
     pipe.check_dimensions(dimensions)       # a bad --dimensions or prompt name fails before any text is read
     pipe.prompt_text(prompt_name, prompt)
-    writer = None
-    stream = (r for r in ([first] if first else []))
 
     def all_records() -> Iterator[Record]:
-        yield from stream
+        if first is not None:
+            yield first
         yield from records
 
+    _write(model, all_records(), output, options)
+
+
+def _write(model: Any, records: Iterator[Record], output: Path | None, options: dict[str, Any]) -> None:
+    """The records' vectors as JSONL lines (each record's fields kept) or into a .npy; a bad line stops the run
+    after the rows before it are written (the .npy closed with them)."""
+    import sys
+
+    from ..errors import InputError
+    from .io import NpyWriter, chunks, write_jsonl
+
+    writer = None
     try:
-        for chunk in chunks(all_records(), model.chunk_rows):
+        for chunk in chunks(records, model.chunk_rows):
             vectors = model.embed([r.text for r in chunk], **options)
             if output is not None:
                 if writer is None:
@@ -122,7 +131,8 @@ def embed_cmd(
         raise
     if output is not None:
         if writer is None:
-            writer = NpyWriter(output, pipe.dim if isinstance(pipe.dim, int) else 0)
+            dim = model.pipeline.dim
+            writer = NpyWriter(output, options.get("dimensions") or (dim if isinstance(dim, int) else 0))
         writer.close()
         print(f"wrote {writer.rows} x {writer.dim} float32 to {output}", file=sys.stderr)
 
