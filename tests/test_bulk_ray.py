@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import rsinfer_cli
+from bulkdata import ROWS, api_answers, texts
 
 # a one-node cluster whose servers (GCS, raylet, workers) listen on loopback only: read when ray is imported
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -19,15 +20,9 @@ import ray.data  # noqa: E402
 
 import rsinfer_cli.ray as rr  # noqa: E402
 
-ROWS = 2000
 KILLED_ROWS = 600       # the kill test: Ray Data's recovery is what it shows, not throughput
 # Ray's own modules warn of their deprecated settings (DataContext) on import: not this project's to fix
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
-
-
-def texts(n: int = ROWS) -> list[str]:
-    return [f"Ticket {i}: mail ana.souza{i}@example.org, call +44 20 7946 {i % 10000:04d}" if i % 5 else
-            f"ticket {i} about an overdue invoice" for i in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +50,13 @@ def test_embed_sparse_and_redact_as_the_api(cluster, shared_models):
     ds = dataset()
     emb = by_id(ds.map_batches(rr.Embed, fn_constructor_kwargs={"path": str(shared_models / "all-minilm-l6-v2")},
                                concurrency=2, num_cpus=1, batch_size=256, batch_format="pyarrow").take_all())
-    want = rsinfer_cli.load(shared_models / "all-minilm-l6-v2").embed(texts())
+    want = api_answers(shared_models)["embed"]
     np.testing.assert_allclose(np.stack([r["embedding"] for r in emb]), want, rtol=0, atol=2e-6)
 
     sp = by_id(ds.map_batches(rr.Sparse, fn_constructor_kwargs={"path": str(shared_models / "tiny-splade"),
                                                                 "top_k": 16},
                               concurrency=1, num_cpus=2, batch_size=500, batch_format="pyarrow").take_all())
-    sparse = rsinfer_cli.load(shared_models / "tiny-splade").sparse(texts(), top_k=16)
+    sparse = api_answers(shared_models)["sparse"]
     assert [[x["index"] for x in r["sparse"]] for r in sp] == [v.indices.tolist() for v in sparse]
     np.testing.assert_allclose(np.concatenate([[x["value"] for x in r["sparse"]] for r in sp]),
                                np.concatenate([v.values for v in sparse]), atol=2e-6)
@@ -69,7 +64,7 @@ def test_embed_sparse_and_redact_as_the_api(cluster, shared_models):
     red = by_id(ds.map_batches(rr.Redact, fn_constructor_kwargs={"path": str(shared_models / "rampart-pii"),
                                                                  "mode": "replace"},
                                concurrency=2, num_cpus=1, batch_size=256, batch_format="pyarrow").take_all())
-    done = rsinfer_cli.load(shared_models / "rampart-pii").redact(texts(), mode="replace")
+    done = api_answers(shared_models)["redact"]
     assert [r["redacted"] for r in red] == [d.text for d in done]
     assert [r["redacted_spans"] for r in red] == [[s.to_json() for s in d.spans] for d in done]
     assert [r["text"] for r in red] == texts()
@@ -93,7 +88,7 @@ def test_an_actor_killed_mid_job_leaves_every_row_once(cluster, shared_models, t
                                            concurrency=2, num_cpus=1, batch_size=50, batch_format="pyarrow").take_all()
     assert marker.exists()
     rows = by_id(out)
-    want = rsinfer_cli.load(shared_models / "all-minilm-l6-v2").embed(texts(KILLED_ROWS))
+    want = api_answers(shared_models)["embed"][:KILLED_ROWS]      # texts(600) is texts()[:600]
     np.testing.assert_allclose(np.stack([r["embedding"] for r in rows]), want, rtol=0, atol=2e-6)
 
 

@@ -10,20 +10,15 @@ import numpy as np
 import pytest
 
 import rsinfer_cli
+from bulkdata import ROWS, api_answers, texts
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install 'rsinfer[spark]')")
 
 from rsinfer_cli import spark as rs  # noqa: E402
 
-ROWS = 2000
 KILLED_ROWS = 600       # the kill test: Spark's task retry is what it shows, not throughput
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",
                                         "ignore::ResourceWarning")
-
-
-def texts(n: int = ROWS) -> list[str]:
-    return [f"Ticket {i}: mail ana.souza{i}@example.org, call +44 20 7946 {i % 10000:04d}" if i % 5 else
-            f"ticket {i} about an overdue invoice" for i in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +64,11 @@ def test_embed_sparse_and_redact_as_the_api(spark, shared_models):
     rows = collected(df.withColumn("embedding", embed("text")).withColumn("sparse", sparse("text"))
                      .withColumn("clean", redact("text")))
     assert len(rows) == ROWS
-    want = rsinfer_cli.load(shared_models / "all-minilm-l6-v2").embed(texts())
+    want = api_answers(shared_models)["embed"]
     np.testing.assert_allclose(np.array([r.embedding for r in rows], dtype=np.float32), want, rtol=0, atol=2e-6)
-    vectors = rsinfer_cli.load(shared_models / "tiny-splade").sparse(texts(), top_k=16)
+    vectors = api_answers(shared_models)["sparse"]
     assert [[x["index"] for x in r.sparse] for r in rows] == [v.indices.tolist() for v in vectors]
-    done = rsinfer_cli.load(shared_models / "rampart-pii").redact(texts(), mode="replace")
+    done = api_answers(shared_models)["redact"]
     assert [r.clean.text for r in rows] == [d.text for d in done]
     assert [[s.asDict() for s in r.clean.spans] for r in rows] == [[s.to_json() for s in d.spans] for d in done]
 
@@ -95,7 +90,7 @@ def test_a_python_worker_killed_mid_job_leaves_every_row_once(spark, shared_mode
     rows = collected(frame(spark, KILLED_ROWS).withColumn("embedding", embed("text"))
                      .withColumn("k", die_once("id")))
     assert os.path.exists(marker)
-    want = rsinfer_cli.load(shared_models / "all-minilm-l6-v2").embed(texts(KILLED_ROWS))
+    want = api_answers(shared_models)["embed"][:KILLED_ROWS]      # texts(600) is texts()[:600]
     np.testing.assert_allclose(np.array([r.embedding for r in rows], dtype=np.float32), want, rtol=0, atol=2e-6)
 
 

@@ -48,9 +48,9 @@ def test_embed_parquet_is_the_api_and_keeps_every_column(shared_models, tmp_path
 
 
 def test_redacting_a_large_parquet_file_holds_memory_bounded(shared_models, tmp_path):
-    """1,000 rows beside a 400 KB binary column each (400 MB on disk, row groups of 10 rows): the run's peak RSS
+    """500 rows beside an 800 KB binary column each (400 MB on disk, row groups of 10 rows): the run's peak RSS
     stays within 120 MB of the same run over the text alone, and every other column comes back byte for byte."""
-    rows, blob = 1000, 400_000
+    rows, blob = 500, 800_000
     texts = tickets(rows)
     rng = np.random.default_rng(7)
     big = tmp_path / "big.parquet"
