@@ -151,8 +151,10 @@ def test_bad_tables_are_named_errors(shared_models, tmp_path):
     (tmp_path / "ragged.csv").write_text("id,text\n1,a\n2,b,c\n")
     proc = cli("redact", "--path", pii, "--input", str(tmp_path / "ragged.csv"))
     assert proc.returncode == EXIT_INPUT and "line 3: 3 fields, the header has 2" in proc.stderr
-    for p in (proc,):
-        assert "Traceback" not in p.stderr
+    assert "Traceback" not in proc.stderr
+    proc = cli("embed", "--path", str(shared_models / "all-minilm-l6-v2"), "--input", str(tmp_path / "t.parquet"),
+               "--column", "body", "--dimensions", "100000", "--error-column", "why")
+    assert proc.returncode == EXIT_INPUT and "dimensions" in proc.stderr and "row " not in proc.stderr
 
 
 def test_a_refused_row_stops_after_the_rows_before_or_goes_to_the_error_column(shared_models, tmp_path):

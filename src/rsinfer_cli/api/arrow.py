@@ -229,6 +229,7 @@ class Job:
         try:
             answers = self.call(model, [texts[i] for i in rows], [queries[i] for i in rows] if queries else None)
         except InputError:
+            self.call(model, [], [] if queries is not None else None)  # an option at fault fails here, row-less
             answers = None                   # which row: each one alone
         if answers is not None:
             for i, a in zip(rows, answers, strict=True):
