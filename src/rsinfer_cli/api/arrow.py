@@ -59,12 +59,16 @@ class Method:
 def _embedding(pa: Any, got: list[Any], model: Model) -> pa.Array:
     import numpy as np
 
+    missing = [v is None for v in got]
+    if got and not any(missing):      # the usual batch: its rows back into one array, no per-row loop
+        flat = np.ascontiguousarray(np.stack(got), dtype=np.float32)
+        return pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel(), pa.float32()), flat.shape[1])
     width = next((len(v) for v in got if v is not None), _width(model))
     flat = np.zeros((len(got), width), dtype=np.float32)
     for i, v in enumerate(got):
         if v is not None:
             flat[i] = v
-    mask = pa.array([v is None for v in got]) if any(v is None for v in got) else None
+    mask = pa.array(missing) if any(missing) else None
     return pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel(), pa.float32()), width, mask=mask)
 
 

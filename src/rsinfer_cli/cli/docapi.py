@@ -36,7 +36,7 @@ def api_md() -> str:
     import dataclasses
 
     for cls in (model.SparseVector, model.Ranked, model.Label, model.RedactedText):
-        fields = getattr(cls, "_fields", None) or tuple(f.name for f in dataclasses.fields(model.Ranked))
+        fields = getattr(cls, "_fields", None) or tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
         out.append(f"- `{cls.__name__}({', '.join(fields)})`: {_doc(cls).strip()}")
     out.append("- `Entity`, `Redacted` (a span of `RedactedText.spans`), `ZeroShot`, `TrueFalse`: the pipelines' own "
                "types, with `to_json()`.\n")

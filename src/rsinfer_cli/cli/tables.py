@@ -40,8 +40,9 @@ def table_command(kind: str, source: Any, job: Job, input_: Path | None, output:
     """A command's table run: the files checked, then the model (of `kind`) loaded, then `run_table`."""
     from .common import open_model
 
-    _check_files(input_, output)
-    run_table(open_model(kind, source, max_rows=max_rows, **overrides), job, input_, output)
+    out_kind = _check_files(input_, output)
+    assert input_ is not None
+    run_table(open_model(kind, source, max_rows=max_rows, **overrides), job, input_, output, out_kind)
 
 
 def _check_files(input_: Path | None, output: Path | None) -> str:
@@ -64,13 +65,12 @@ def _check_files(input_: Path | None, output: Path | None) -> str:
     return out_kind
 
 
-def run_table(model: Model, job: Job, input_: Path | None, output: Path | None) -> None:
-    """The input table through `job`, batch by batch, into `output` (stdout JSONL when None)."""
+def run_table(model: Model, job: Job, input_: Path, output: Path | None, out_kind: str) -> None:
+    """The input table (checked by `_check_files`) through `job`, batch by batch, into `output` (stdout JSONL
+    when None)."""
     from ..api.arrow import pyarrow
     from .common import progress_bar
 
-    out_kind = _check_files(input_, output)
-    assert input_ is not None
     kind = table_format(input_)
     pa = pyarrow()
     source = ParquetSource(input_, model.chunk_rows) if kind == "parquet" else CsvSource(input_, model.chunk_rows)
