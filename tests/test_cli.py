@@ -173,6 +173,9 @@ class TestGenerated:
     @pytest.mark.parametrize(("shell", "file", "flag"), [("zsh", "_rsinfer", "-n"), ("fish", "rsinfer.fish", "-n")])
     def test_other_shells_parse(self, shell, file, flag):
         if shutil.which(shell) is None:
+            require = f"RSINFER_REQUIRE_{shell.upper()}"
+            if os.environ.get(require) == "1":
+                pytest.fail(f"{shell} is not installed and {require}=1", pytrace=False)
             pytest.skip(f"{shell} is not installed")
         proc = subprocess.run([shell, flag, str(ROOT / "completions" / file)], capture_output=True, text=True,
                               timeout=10)

@@ -90,7 +90,6 @@ def test_a_drain_is_unready_at_once_and_still_serves_during_the_delay(tmp_path, 
         body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}
         with httpx.Client(base_url=srv.url, timeout=10) as c:
             assert c.get("/health").json()["models_loaded"] == 1
-            t0 = time.monotonic()
             srv.proc.send_signal(signal.SIGTERM)
             for _ in range(200):
                 if c.get("/health").status_code == 503:
@@ -102,7 +101,7 @@ def test_a_drain_is_unready_at_once_and_still_serves_during_the_delay(tmp_path, 
             assert check(f"127.0.0.1:{grpc_port}") == NOT_SERVING
             r = c.post("/v2/models/add/infer", json=body)            # still served during the delay
             assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [2.0, 3.0]
-            assert time.monotonic() - t0 < 3
+            assert c.get("/health").status_code == 503 and srv.proc.poll() is None   # answered while draining
     finally:
         assert srv.stop(60) == 0
 
