@@ -16,15 +16,10 @@ import importlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, cast
 
-if TYPE_CHECKING:    # the parts' types only: importing them would import numpy, onnxruntime and aiohttp
-    from aiohttp.web import Response, RouteTableDef
-
-    from .engine.model import LoadedModel
-    from .pipelines.base import RowPipeline
-    from .server.routes.common import Call
-    from .server.schemas import HfRequest, Op
+if TYPE_CHECKING:    # aiohttp's type only (importing it would import aiohttp); nothing of rsinfer's upper floors
+    from aiohttp.web import RouteTableDef
 
 T = TypeVar("T")
 # A part of a family: "module:attribute", imported on first use (`rsinfer --help` imports no numpy, onnxruntime or
@@ -68,18 +63,70 @@ class Folder:
                    st_type if isinstance(st_type, str) else None, types)
 
 
+class PipelinePart(Protocol):
+    """What the registry knows of a family's pipeline (pipelines/base.RowPipeline is one; the pipelines' floor checks
+    that a factory made one)."""
+
+    kind: str
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+class OpPart(Protocol):
+    """A family's route-table entry as the registry carries it (server/schemas.Op is one; the server checks it)."""
+
+    @property
+    def paths(self) -> tuple[str, ...]: ...
+    @property
+    def errors(self) -> str: ...
+
+
 # a folder's facts → why it is of the family (None: it is not); see `guess_kind`
 Recognise = Callable[[Folder], "str | None"]
-# the pipeline's class (or any factory): built once per loaded model
-PipelineFactory = Callable[["LoadedModel"], "RowPipeline"]
+# the pipeline's class (or any factory): built once per loaded model (the engine's LoadedModel)
+PipelineFactory = Callable[[Any], PipelinePart]
 # a Typer command function
 Command = Callable[..., None]
 # the quality gate: (pipeline over graph a, pipeline over graph b, corpus) → metrics (pipelines/quality.py)
 Quality = Callable[[Any, Any, Sequence[str]], Mapping[str, float]]
 # `rsinfer bench --url`: route → function(texts) → request body
 BenchBodies = Mapping[str, Callable[[list[str]], Mapping[str, object]]]
-# its Hugging Face task on POST /models/{name}: (call, inputs, parameters) → response
-HfTask = Callable[["Call[HfRequest]", Any, dict[str, Any]], Awaitable["Response"]]
+# its Hugging Face task on POST /models/{name}: (the route's Call, inputs, parameters) → the aiohttp response
+HfTask = Callable[[Any, Any, dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class InputKind:
+    """What a family's requests carry, item by item, and how an item is measured against its limits: the routes
+    enforce it in one place (server/routes/common.check_inputs) for the model's family, whichever kind's route it
+    came by. Text (the default): characters, at most the model's `max_text_chars` (else the server's). Another kind
+    decodes each JSON item into its row (`decode(item, where)`, an InputError naming `where` when it cannot) and
+    measures it (`size(row)`, in `unit`, at most `max_size`). Every kind: at most `server.max_texts` items."""
+
+    name: str = "text"
+    unit: str = "characters"
+    decode: Part[Callable[[Any, str], Any]] | None = None    # None: the item as JSON gave it (a string)
+    size: Part[Callable[[Any], int]] | None = None            # None: len()
+    max_size: int | None = None                               # None: max_text_chars
+
+    @property
+    def text(self) -> bool:
+        return self.decode is None
+
+    def decoder(self) -> Callable[[Any, str], Any]:
+        return (lambda item, where: item) if self.decode is None else load(self.decode)
+
+    def sizer(self) -> Callable[[Any], int]:
+        return len if self.size is None else load(self.size)
+
+
+TEXT = InputKind()
+# the files a model's folder may hold that rsinfer reads besides its graph (`hub` fetches them, `download` keeps
+# them): config.json for every model; a text family's (needs_tokenizer) the tokenizer's and a sentence-transformers
+# folder's; and what a family declares of its own (Family.aux_files: a processor's config, ...)
+BASE_AUX = ("config.json",)
+TEXT_AUX = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "sentence_bert_config.json",
+            "1_Pooling/config.json", "modules.json", "config_sentence_transformers.json")
 
 
 @dataclass(frozen=True)
@@ -93,7 +140,7 @@ class Family:
     needs_tokenizer: bool = True      # the folder must provide tokenizer.json
     options: Part[type[object]] | None = None   # a dataclass of the family's own model keys (flat in the model
                                                 # entry, validated with key paths, read as `model.config.options`)
-    ops: Part[Sequence[Op]] | None = None       # its routes' Ops (request/response Structs) for /openapi.json
+    ops: Part[Sequence[OpPart]] | None = None       # its routes' Ops (request/response Structs) for /openapi.json
     config_fields: tuple[str, ...] = ()  # engine keys of ModelConfig only this family may set (others are refused)
     recognise: Part[Recognise] | None = None   # how `download`/`inspect`/`bench` tell the folder's family
     priority: int = 50                # recognisers run in this order, lowest first
@@ -103,6 +150,9 @@ class Family:
                                       # that kind's protocol, e.g. late_interaction's MaxSim serves rerank)
     quality: Part[Quality] | None = None   # the quality gate's measure of a second graph against a first
                                            # (pipelines/quality.py); None: `quantize` and `bench --compare` refuse
+    inputs: InputKind = TEXT          # what its requests carry per item, and their limits
+    aux_files: tuple[str, ...] = ()   # files of its models' folders it reads besides the graph, config.json and (with
+                                      # needs_tokenizer) the tokenizer's: `hub` fetches them, `download` keeps them
 
     # ------------------------------------------------------------ the parts, imported now and typed
 
@@ -123,7 +173,7 @@ class Family:
     def options_type(self) -> type[object] | None:
         return None if self.options is None else load(self.options)
 
-    def route_ops(self) -> Sequence[Op]:
+    def route_ops(self) -> Sequence[OpPart]:
         return () if self.ops is None else load(self.ops)
 
     def recogniser(self) -> Recognise | None:
@@ -183,7 +233,18 @@ def all_families() -> tuple[Family, ...]:
 
 
 def served_kinds() -> tuple[str, ...]:
-    return tuple(f.kind for f in _FAMILIES.values() if f.routes is not None)
+    """Kinds `rsinfer serve` answers: those with routes of their own, and those that serve another kind's."""
+    return tuple(f.kind for f in _FAMILIES.values() if f.routes is not None or f.serves)
+
+
+def aux_files(kind: str | None = None) -> tuple[str, ...]:
+    """The files besides the graph that a model of `kind` reads (None: a folder of any family, as `download` and
+    `inspect` fetch before they know it)."""
+    fams = [_FAMILIES[kind]] if kind in _FAMILIES else list(_FAMILIES.values()) if kind is None else []
+    names = [*BASE_AUX]
+    for f in fams:
+        names += [*(TEXT_AUX if f.needs_tokenizer else ()), *f.aux_files]
+    return tuple(dict.fromkeys(names))
 
 
 def specific_fields() -> dict[str, tuple[str, ...]]:
@@ -216,7 +277,7 @@ def option_fields(kind: str) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls)) if cls is not None else ()
 
 
-def all_ops() -> tuple[Op, ...]:
+def all_ops() -> tuple[OpPart, ...]:
     """Every family's route-table entries (`server/schemas.Op`), in registry order."""
     return tuple(op for f in _FAMILIES.values() for op in f.route_ops())
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from . import families
 from .config import hub_cache_dir, normalize_dtype
 from .errors import ConfigError, HubError, RepoAccessError
 
@@ -31,8 +32,6 @@ DTYPE_FIRST = {
     "fp16": ("model_fp16.onnx", "model.onnx"),
     "int8": ("model_int8.onnx", "model_int8_static.onnx", "model_quantized.onnx", "model.onnx"),
 }
-AUX_FILES = ("tokenizer.json", "config.json", "tokenizer_config.json", "sentence_bert_config.json",
-             "1_Pooling/config.json", "special_tokens_map.json", "modules.json", "config_sentence_transformers.json")
 PROVENANCE_FILE = "rsinfer-source.json"
 
 
@@ -48,12 +47,14 @@ class ModelSource:
     tokenizer_hf: str | None = None
     dtype: str = "auto"
     needs_tokenizer: bool = True     # text families need tokenizer.json; a tensor model is a graph alone
+    # the files besides the graph its family reads (families.aux_files); None: any family's
+    aux_files: tuple[str, ...] | None = None
 
     @classmethod
-    def of(cls, model: Any, needs_tokenizer: bool = True) -> ModelSource:
+    def of(cls, model: Any, needs_tokenizer: bool = True, aux_files: tuple[str, ...] | None = None) -> ModelSource:
         return cls(hf=model.hf, path=model.path, revision=model.revision, subfolder=model.subfolder,
                    file=model.file, tokenizer_hf=model.tokenizer_hf, dtype=model.dtype,
-                   needs_tokenizer=needs_tokenizer)
+                   needs_tokenizer=needs_tokenizer, aux_files=aux_files)
 
 
 @dataclass(frozen=True)
@@ -336,7 +337,7 @@ def _aux_files(main: _Files, spec: ModelSource, sources: list[tuple[_Files, str 
     name → where each came from. `tokenizer_source()`: the `tokenizer_hf` repo, asked only for what `main` lacks."""
     aux: dict[str, Path] = {}
     aux_origin: dict[str, str] = {}
-    for name in AUX_FILES:
+    for name in spec.aux_files if spec.aux_files is not None else families.aux_files():
         hit = _find_aux(name, sources)
         if hit is None and spec.tokenizer_hf:
             hit = _find_aux(name, [(tokenizer_source(), None)])

@@ -14,7 +14,9 @@ def build_pipeline(model: LoadedModel) -> RowPipeline:
     """The pipeline of a loaded model's family, validated against the model now (a mismatch is a load error). It
     takes the model alone: a family's settings are its models' keys (`Family.options`), never the server's."""
     factory = families.get(model.kind).pipeline_factory()
-    pipe: RowPipeline = factory(model)
+    pipe = factory(model)
+    if not isinstance(pipe, RowPipeline):
+        raise TypeError(f"kind '{model.kind}': its pipeline factory made a {type(pipe).__name__}, not a RowPipeline")
     return pipe
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from ..config import opt
 from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
-from .base import Array, Timed, Timing, Work, stack
+from .base import Array, RowPipeline, Timed, Timing, Work, stack
 from .stmodules import (
     POOLING_MODES,
     Pooling,
@@ -85,12 +85,33 @@ class EmbeddingOptions:
                 for key in (self.input_type_prompts or {}) if key not in COHERE_INPUT_TYPES]
 
 
-class EmbeddingPipeline(TextPipeline):
+class Embedder(RowPipeline):
+    """What the embedding routes call (OpenAI /v1/embeddings, TEI /embed and /similarity, Cohere /v1 and /v2/embed,
+    the Hugging Face feature-extraction task), as the rerank routes call `Reranker`: the embedding family implements
+    it, and so does every family that declares `serves=("embedding",)`. `texts` are its family's rows (texts here;
+    each family's `InputKind` decodes and bounds them: server/routes/common.check_inputs); `ids` are token ids, for
+    the families that have a tokenizer. Vectors come back in input order."""
+
+    kind = "embedding"           # the kind whose routes and commands call it
+
+    def plan(self, texts: Sequence[Any] | None = None, ids: Sequence[Sequence[int]] | None = None, *,
+             dimensions: int | None = None, normalize: bool | None = None, truncate: bool | None = None,
+             direction: str = "right", param: str = "input", prompt_name: str | None = None,
+             prompt: str | None = None) -> Work[EmbedResult]:
+        """The family's rows (`texts`: its InputKind's, texts for this family) → Work whose answer is their vectors."""
+        raise NotImplementedError
+
+    def prompt_for_input_type(self, input_type: str | None) -> str | None:
+        """The prompt name Cohere's `input_type` picks (None: no prompt)."""
+        return None
+
+
+class EmbeddingPipeline(TextPipeline, Embedder):
     kind = "embedding"
 
     def __init__(self, model: LoadedModel) -> None:
         super().__init__(model)
-        opts: EmbeddingOptions = model.config.options
+        opts = model.config.own(EmbeddingOptions)
         self.st: StFolder | None = read_folder(model)
         st_pooling = self.st.pooling if self.st is not None else None
         width = self._output(opts, st_pooling)
@@ -384,7 +405,7 @@ class EmbeddingPipeline(TextPipeline):
                     vectors = l2_normalize(vectors)
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
-    def plan(self, texts: Sequence[str] | None = None, ids: Sequence[Sequence[int]] | None = None, *,
+    def plan(self, texts: Sequence[Any] | None = None, ids: Sequence[Sequence[int]] | None = None, *,
              dimensions: int | None = None, normalize: bool | None = None, truncate: bool | None = None,
              direction: str = "right", param: str = "input", prompt_name: str | None = None,
              prompt: str | None = None) -> Work[EmbedResult]:

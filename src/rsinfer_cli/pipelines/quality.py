@@ -203,8 +203,9 @@ def compare(a_cfg: Any, b_cfg: Any, server: Any, texts: Sequence[str], *, cache_
     if check is None:
         have = ", ".join(f.kind for f in families.all_families() if f.quality is not None)
         raise ConfigError(f"the quality gate does not cover kind {a_cfg.kind} (it covers {have})")
-    factory = family.pipeline_factory()
-    a = factory(load_model(a_cfg, server, cache_dir))
-    b = factory(load_model(b_cfg, server, cache_dir))
+    from . import build_pipeline
+
+    a = build_pipeline(load_model(a_cfg, server, cache_dir))
+    b = build_pipeline(load_model(b_cfg, server, cache_dir))
     return Report(a_cfg.kind, dict(check(a, b, texts)),
                   speed(a, b, seconds=speed_seconds) if speed_seconds > 0 else {})

@@ -12,7 +12,7 @@ null means "the default", as before) and the route applies the default. Unknown 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
@@ -176,4 +176,8 @@ def all_ops() -> tuple[Op, ...]:
     routes module, declared in the registry)."""
     from .. import families
 
-    return OPS + families.all_ops()
+    ops = families.all_ops()
+    for op in ops:
+        if not isinstance(op, Op):
+            raise TypeError(f"a family's OPS holds a {type(op).__name__}, not a server.schemas.Op: {op!r}")
+    return OPS + cast("tuple[Op, ...]", ops)

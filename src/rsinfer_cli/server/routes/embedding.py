@@ -11,7 +11,7 @@ from msgspec import Meta
 
 from ...errors import InputError
 from ...jsonio import dumps
-from ...pipelines.embedding import EmbeddingPipeline, embedding_types
+from ...pipelines.embedding import Embedder, EmbeddingPipeline, embedding_types
 from ..errors import RequestValidationError
 from ..request import text_or_token_input
 from ..schemas import (
@@ -34,6 +34,7 @@ from .common import (
     begin,
     check_chars,
     check_count,
+    check_inputs,
     check_prompt,
     decode,
     json_response,
@@ -155,17 +156,20 @@ BENCH = {"/v1/embeddings": lambda texts: {"input": texts}, "/embed": lambda text
          "/v2/embed": lambda texts: {"texts": texts, "input_type": "search_query", "embedding_types": ["float"]}}
 
 
-def _inputs(call: Call[Any], key: str, value: Any) -> tuple[list[str] | None, list[list[int]] | None, bool]:
+def _inputs(call: Call[Any], key: str, value: Any) -> tuple[list[Any] | None, list[list[int]] | None, bool]:
+    """The request's items (a string or strings, or token ids), each as its model's family reads it (its InputKind:
+    texts here, whatever another family that serves these routes declares) and within its limits."""
     texts, ids, single = text_or_token_input(value, key)  # the untagged union's items, checked by hand
-    check_count(call, key, len(texts if texts is not None else ids or []))
-    check_chars(call, key, texts)
-    return texts, ids, single
+    if texts is None:
+        check_count(call, key, len(ids or []))
+        return None, ids, single
+    return check_inputs(call, key, texts), ids, single
 
 
 @routes.post("/v1/embeddings")
 async def openai_embeddings(request: web.Request) -> web.Response:
     call = await begin(request, "embedding", EmbeddingsRequest)
-    req, model, pipe = call.req, call.model, call.pipeline(EmbeddingPipeline)
+    req, model, pipe = call.req, call.model, call.pipeline(Embedder)
     texts, ids, _ = _inputs(call, "input", req.input)
     check_prompt(call, req.prompt, texts)
     result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, truncate=req.truncate,
@@ -185,7 +189,7 @@ async def openai_embeddings(request: web.Request) -> web.Response:
 @routes.post("/embed")
 async def tei_embed(request: web.Request) -> web.Response:
     call = await begin(request, "embedding", TeiEmbedRequest, named=False)
-    req, pipe = call.req, call.pipeline(EmbeddingPipeline)
+    req, pipe = call.req, call.pipeline(Embedder)
     texts, ids, _ = _inputs(call, "inputs", req.inputs)
     check_prompt(call, req.prompt, texts)
     result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, normalize=req.normalize,
@@ -201,12 +205,10 @@ async def cohere_embed(request: web.Request) -> web.Response:
     document, passage or corpus, classification and clustering → a prompt of that name; `input_type_prompts` in the
     model entry maps them), `embedding_types`, `truncate` (NONE | START | END) and `output_dimension`."""
     call = await begin(request, "embedding", CohereEmbedRequest)
-    req, pipe = call.req, call.pipeline(EmbeddingPipeline)
-    texts = req.texts
-    if not texts:
+    req, pipe = call.req, call.pipeline(Embedder)
+    if not req.texts:
         raise InputError("`texts` is empty", param="texts")
-    check_count(call, "texts", len(texts))
-    check_chars(call, "texts", texts)
+    texts = check_inputs(call, "texts", req.texts)
     v2 = request.path.startswith("/v2/")
     types = req.embedding_types
     truncate = (req.truncate or "END").upper()
@@ -217,10 +219,10 @@ async def cohere_embed(request: web.Request) -> web.Response:
     meta = CohereEmbedMeta(api_version=ApiVersion(version="2" if v2 else "1"),
                            billed_units=BilledTokens(input_tokens=result.tokens))
     if types is None and not v2:  # v1 without embedding_types: plain float lists
-        return json_response(CohereEmbedResponse(id=str(uuid.uuid4()), texts=texts, meta=meta,
+        return json_response(CohereEmbedResponse(id=str(uuid.uuid4()), texts=req.texts, meta=meta,
                                                  response_type="embeddings_floats", embeddings=vectors(result.vectors)),
                              truncation_headers(result.truncated))
-    return json_response(CohereEmbedResponse(id=str(uuid.uuid4()), texts=texts, meta=meta,
+    return json_response(CohereEmbedResponse(id=str(uuid.uuid4()), texts=req.texts, meta=meta,
                                              response_type="embeddings_by_type",
                                              embeddings=embedding_types(result.vectors, types or ["float"])),
                          truncation_headers(result.truncated))
@@ -279,9 +281,8 @@ async def similarity(call: Call[Any], pair: SentencePair, params: SimilarityPara
     source, sentences = pair.source_sentence, pair.sentences
     if not sentences:
         raise InputError("`inputs.sentences` is empty", param="inputs.sentences")
-    check_count(call, "inputs.sentences", len(sentences) + 1)
-    check_chars(call, "inputs.sentences", [source, *sentences])
-    result = await call.infer(call.pipeline(EmbeddingPipeline).plan, [source, *sentences], None, normalize=True,
+    rows = check_inputs(call, "inputs.sentences", [source, *sentences])
+    result = await call.infer(call.pipeline(Embedder).plan, rows, None, normalize=True,
                               param="inputs", truncate=params.truncate, prompt_name=params.prompt_name,
                               direction=truncation_direction(params.truncation_direction))
     v = result.vectors
@@ -296,10 +297,8 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
     if isinstance(inputs, SentencePair):
         return await similarity(call, inputs, decode(dumps(params), SimilarityParameters))
     req = call.req
-    pipe = call.pipeline(EmbeddingPipeline)
-    texts, ids, _ = text_or_token_input(inputs, "inputs")
-    check_count(call, "inputs", len(texts or ids or []))
-    check_chars(call, "inputs", texts)
+    pipe = call.pipeline(Embedder)
+    texts, ids, _ = _inputs(call, "inputs", inputs)
 
     def given(key: str, kind: type) -> Any:
         value = getattr(req, key)
