@@ -77,10 +77,10 @@ class Batcher(Scheduler):
 
     def hold_replicas(self):
         """No idle replica until `release_replicas`: requests build a backlog."""
-        self._held, self._idle = self._idle, []
+        self._held, self.lanes.idle = self.lanes.idle, []
 
     def release_replicas(self):
-        self._idle = self._held
+        self.lanes.idle = self._held
         self._dispatch()
 
 

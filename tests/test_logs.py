@@ -130,11 +130,35 @@ def test_grpc_request_id_through_metadata(tmp_path):
                 stub.ModelMetadata(pb.ModelMetadataRequest(name="nope"), timeout=10, metadata=(
                     ("authorization", f"Bearer {KEY}"), ("x-request-id", "grpc-id-2")))
             assert dict(err.value.trailing_metadata())["x-request-id"] == "grpc-id-2"
+            # the same inference by HTTP and by gRPC: the same stages in the access line and the histograms
+            x = pb.ModelInferRequest.InferInputTensor(name="X", datatype="FP32", shape=[1, 2],
+                                                      contents=pb.InferTensorContents(fp32_contents=[1, 2]))
+            stub.ModelInfer(pb.ModelInferRequest(model_name="add", inputs=[x]), timeout=10, metadata=(
+                ("authorization", f"Bearer {KEY}"), ("x-request-id", "grpc-id-3")))
+            auth = {"Authorization": f"Bearer {KEY}"}
+            r = httpx.post(srv.url + "/v2/models/add/infer", headers={**auth, "x-request-id": "http-id-3"},
+                           json={"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]},
+                           timeout=30)
+            assert r.status_code == 200
+            text = httpx.get(srv.url + "/metrics", headers=auth, timeout=30).text
     finally:
         assert srv.stop() == 0
     access = {x.get("request_id"): x for x in json_lines(srv.lines) if x["logger"] == "rsinfer.access"}
     assert access["grpc-id-1"]["route"] == "ModelMetadata" and access["grpc-id-1"]["code"] == "OK"
     assert access["grpc-id-2"]["code"] == "NOT_FOUND"
+
+    from rsinfer_cli.runtime.record import FIELDS
+
+    record_fields = set(FIELDS)     # what an access line may carry of the request's record
+    grpc_line, http_line = access["grpc-id-3"], access["http-id-3"]
+    assert record_fields & set(grpc_line) == record_fields & set(http_line) >= {"model", "rows", "queue_ms",
+                                                                                 "inference_ms"}
+    assert (grpc_line["model"], grpc_line["rows"]) == (http_line["model"], http_line["rows"]) == ("add", 1)
+    for histogram in ("rsinfer_queue_wait_seconds", "rsinfer_inference_seconds", "rsinfer_postprocess_seconds",
+                      "rsinfer_model_request_duration_seconds"):     # both calls counted in each stage
+        counts = [float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+                  if ln.startswith(histogram + "_count{") and 'model="add"' in ln]
+        assert sum(counts) == 2, (histogram, counts)
 
 
 def test_grpc_call_the_client_left_and_an_unexpected_error_are_told_apart(tmp_path, caplog):

@@ -12,6 +12,7 @@ from rsinfer_cli.config import parse_config
 from rsinfer_cli.engine.model import load_model
 from rsinfer_cli.engine.registry import Registry
 from rsinfer_cli.runtime import Runtime
+from rsinfer_cli.runtime.record import RequestRecord
 
 import synth
 
@@ -44,9 +45,9 @@ def test_one_shot_runs_through_the_core_and_its_cache(tmp_path):
     assert rt.queues == {}                     # no queue: the rows run here, on the first replica
     seen = _counting(rt)
     pipe = rt.pipelines["m"]
-    first = rt.core.run(model, pipe.plan, ["hello world", "cat", "hello world"])
+    first = rt.core.run(RequestRecord(), model, pipe.plan, ["hello world", "cat", "hello world"])
     assert sum(seen) == 2                      # a text repeated within a request runs once
-    again = rt.core.run(model, pipe.plan, ["cat", "hello world", "dog"])
+    again = rt.core.run(RequestRecord(), model, pipe.plan, ["cat", "hello world", "dog"])
     assert sum(seen) == 3                      # only "dog" was not in the cache
     np.testing.assert_allclose(again.vectors[0], first.vectors[1], rtol=0, atol=0)
     np.testing.assert_allclose(again.vectors[1], first.vectors[0], rtol=0, atol=0)
@@ -60,8 +61,8 @@ def test_one_shot_without_a_cache_runs_every_row(tmp_path):
     rt = Runtime.one_shot(model, cfg.server).start()
     assert rt.cache is None
     seen = _counting(rt)
-    rt.core.run(model, rt.pipelines["m"].plan, ["a"])
-    rt.core.run(model, rt.pipelines["m"].plan, ["a"])
+    rt.core.run(RequestRecord(), model, rt.pipelines["m"].plan, ["a"])
+    rt.core.run(RequestRecord(), model, rt.pipelines["m"].plan, ["a"])
     assert sum(seen) == 2
 
 
@@ -77,7 +78,7 @@ def test_lifecycle(tmp_path):
 
     async def serve_and_close() -> list[float]:
         model = rt.registry.models["m"]
-        res = await rt.core.infer(model, rt.pipelines["m"].plan, ["x y"])
+        res = await rt.core.infer(RequestRecord(), model, rt.pipelines["m"].plan, ["x y"])
         drained = asyncio.get_running_loop().create_future()
         rt.draining.append(drained)
         asyncio.get_running_loop().call_later(0.05, drained.set_result, None)

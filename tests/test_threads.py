@@ -256,7 +256,7 @@ class TestLatencyLane:
 
 class TestLoneRow:
     """A lone row whose latency-lane forward is known to be short runs on that lane on the event loop's own thread:
-    no job, future or thread hop (engine/scheduler.py `lone`)."""
+    no job, future or thread hop (engine/scheduler/queue.py `lone`)."""
 
     class Threads(Sessions):
         def __init__(self, delay: float = 0.0) -> None:
@@ -476,7 +476,7 @@ def test_a_lone_small_request_runs_on_the_event_loop(tmp_path):
     requests that arrive together, keep the hop (and batch)."""
     import httpx
 
-    from rsinfer_cli.engine.scheduler import REQUEST_RECORD, RequestRecord
+    from rsinfer_cli.runtime.record import record_of
 
     from serverutil import ServerThread
 
@@ -507,8 +507,8 @@ def test_a_lone_small_request_runs_on_the_event_loop(tmp_path):
 
         async def together(n: int) -> list:
             async def one(i: int):
-                REQUEST_RECORD.set(RequestRecord(body_bytes=60))     # as the middleware makes it
-                return await srv.state.core.infer(pipe.model, pipe.plan, [f"query number {i}"], None)
+                record = record_of(60)                             # as the middleware makes it
+                return await srv.state.core.infer(record, pipe.model, pipe.plan, [f"query number {i}"], None)
             return await asyncio.gather(*(one(i) for i in range(n)))
 
         def held(session, rows):              # forwards that take a while: the requests behind them wait, then batch

@@ -65,9 +65,13 @@ class Receiver:
 def test_spans_reach_an_otlp_receiver_as_a_tree(tmp_path, workers):
     receiver = Receiver()
     emb = synth.write_model_dir(tmp_path / "emb")
+    add = synth.add_graph(tmp_path / "add" / "model.onnx").parent
+    grpc_port = free_port()
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump({"server": {"tracing": {"otlp_endpoint": receiver.url, "service_name": "rs-test"}},
-                                   "models": [{"name": "emb", "kind": "embedding", "path": str(emb)}]}))
+    cfg.write_text(yaml.safe_dump({"server": {"tracing": {"otlp_endpoint": receiver.url, "service_name": "rs-test"},
+                                              "grpc_bind": f"127.0.0.1:{grpc_port}"},
+                                   "models": [{"name": "emb", "kind": "embedding", "path": str(emb)},
+                                              {"name": "add", "kind": "tensor", "path": str(add)}]}))
     srv = ServeProcess(cfg, free_port(), args=["--workers", str(workers)])
     try:
         srv.wait_ready(120)
@@ -76,6 +80,7 @@ def test_spans_reach_an_otlp_receiver_as_a_tree(tmp_path, workers):
                        headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01", "x-request-id": "traced-1"})
             assert r.status_code == 200
             assert c.post("/v1/embeddings", json={"input": "no parent"}).status_code == 200
+        grpc_call(grpc_port)
     finally:
         assert srv.stop() == 0          # the batch processor flushes at shutdown
         receiver.close()
@@ -94,6 +99,30 @@ def test_spans_reach_an_otlp_receiver_as_a_tree(tmp_path, workers):
         assert child["trace"] == TRACE_ID and request["start"] <= child["start"] <= child["end"] <= request["end"]
     other = [s for s in spans if s["name"] == "POST /v1/embeddings" and s["trace"] != TRACE_ID]
     assert len(other) == 1 and other[0]["parent"] == ""        # a request without traceparent: a new trace
+    call = next(s for s in spans if s["trace"] == GRPC_TRACE_ID and s["parent"] == PARENT_ID)   # gRPC: the same tree
+    assert call["name"] == "gRPC ModelInfer" and call["parent"] == PARENT_ID
+    assert call["attrs"]["rsinfer.model"].string_value == "add" and call["attrs"]["rsinfer.rows"].int_value == 1
+    stages = {s["name"] for s in spans if s["parent"] == call["id"]}
+    assert stages >= {"rsinfer.tokenize", "rsinfer.postprocess"} | ({"rsinfer.queue", "rsinfer.forward"}
+                                                                     if workers == 1 else set()), stages
+
+
+GRPC_TRACE_ID = "5bf92f3577b34da6a3ce929d0e0e4737"
+
+
+def grpc_call(port: int) -> None:
+    """One KServe ModelInfer with W3C trace context in its metadata."""
+    import grpc
+
+    from rsinfer_cli.server.kserve import kserve_pb2 as pb
+    from rsinfer_cli.server.kserve import kserve_pb2_grpc as pb_grpc
+
+    x = pb.ModelInferRequest.InferInputTensor(name="X", datatype="FP32", shape=[1, 2],
+                                              contents=pb.InferTensorContents(fp32_contents=[1, 2]))
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = pb_grpc.GRPCInferenceServiceStub(ch)
+        stub.ModelInfer(pb.ModelInferRequest(model_name="add", inputs=[x]), timeout=30,
+                        metadata=(("traceparent", f"00-{GRPC_TRACE_ID}-{PARENT_ID}-01"),))
 
 
 def test_off_by_default_imports_no_sdk(tmp_path):

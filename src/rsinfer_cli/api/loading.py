@@ -16,8 +16,8 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:   # the runtime imports onnxruntime: loaded when a model is, never on import
     from ..pipelines.base import RowPipeline, Work
-    from ..pipelines.infer import PlanArgs
     from ..runtime import Runtime
+    from ..runtime.core import PlanArgs
 
 P = TypeVar("P", bound="RowPipeline")
 R = TypeVar("R")
@@ -186,13 +186,17 @@ def _with_overrides(cfg: Any, given: dict[str, Any], flags: Mapping[str, str]) -
 
     if not given:
         return cfg
-    own = {f.name for f in dataclasses.fields(cfg.options)} if cfg.options is not None else set()
+    from .. import families
+
+    cls = families.options_class(cfg.kind)
+    own = {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
     entry = {f.name for f in dataclasses.fields(cfg)}
     unknown = sorted(set(given) - own - entry)
     if unknown:
         raise ConfigError(f"{', '.join(flags.get(k, k) for k in unknown)}: not a key of a model of kind "
                           f"{cfg.kind} (its family's keys: {', '.join(sorted(own)) or 'none'})")
-    options = dataclasses.replace(cfg.options, **{k: v for k, v in given.items() if k in own}) if own else None
+    options = dataclasses.replace(cfg.own(cls), **{k: v for k, v in given.items() if k in own}) \
+        if cls is not None and own else cfg.options
     check = getattr(options, "check", None)
     for key, message in check() if check is not None else ():
         base = key.split("[")[0]
@@ -213,7 +217,9 @@ class OneShot(Generic[P]):
         self.pipe = pipe
 
     def run(self, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args, **kwargs: PlanArgs.kwargs) -> R:
-        return self.runtime.core.run(self.model, plan, *args, **kwargs)
+        from ..runtime.record import RequestRecord  # (the runtime floor: loaded with the model)
+
+        return self.runtime.core.run(RequestRecord(), self.model, plan, *args, **kwargs)
 
 
 def load_pipeline(pipeline: type[P], *, name: str | None, config: Path | None, path: Path | None, hf: str | None,

@@ -116,7 +116,9 @@ class Model:
         return pipe
 
     def _run(self, plan: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._runtime.core.run(self._loaded, plan, *args, **kwargs)
+        from ..runtime.record import RequestRecord  # (the runtime floor: loaded with the model)
+
+        return self._runtime.core.run(RequestRecord(), self._loaded, plan, *args, **kwargs)
 
     def _chunks(self, texts: Any, param: str = "texts") -> Iterator[list[str]]:
         items = check_texts(texts, param)

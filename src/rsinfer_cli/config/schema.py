@@ -8,9 +8,11 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from ..errors import ConfigError
+
+Opts = TypeVar("Opts")   # a family's options dataclass
 
 EPS = ("cpu", "cuda", "tensorrt", "nvrtx", "coreml", "openvino", "directml")
 DTYPE_ALIASES = {
@@ -231,13 +233,14 @@ class ModelConfig:
     # the version a request naming none gets, when the versions carry no weights (else the last)
     default_version: str | None = None
     version: str | None = field(default=None, metadata={"internal": True})   # set on each loaded version
-    # the family's own keys (written flat in the model entry), as its `options` dataclass (families.Family.options)
+    # the family's own keys (written flat in the model entry), as its `options` dataclass (families.Family.options);
+    # None: the family's defaults. Read with `own(TheOptions)`: building a ModelConfig resolves no family code
     options: Any = field(default=None, metadata={"internal": True})
 
-    def __post_init__(self) -> None:
-        cls = families().options_class(self.kind)
-        if cls is not None and not isinstance(self.options, cls):   # none given, or another kind's
-            object.__setattr__(self, "options", cls())
+    def own(self, cls: type[Opts]) -> Opts:
+        """The family's own keys as its options dataclass `cls` (its defaults when the entry set none, or when they
+        are another kind's)."""
+        return self.options if isinstance(self.options, cls) else cls()
 
     def version_configs(self) -> list[ModelConfig]:
         """One config per version (the entry itself when it has none)."""

@@ -21,20 +21,34 @@ T = TypeVar("T")
 _local = threading.local()
 
 
+class Stop:
+    """Set once, for every token made with it: the server is closing, what still runs stops at its next checkpoint
+    (one flag read by each check, instead of a set of the tokens in flight kept up by every request)."""
+
+    __slots__ = ("now",)
+
+    def __init__(self) -> None:
+        self.now = False
+
+
+_NEVER = Stop()
+
+
 class Token:
-    """One request's deadline (time.monotonic()) and whether its caller has gone."""
+    """One request's deadline (time.monotonic()), whether its caller has gone, and the server's `Stop`."""
 
-    __slots__ = ("deadline", "cancelled", "cpu_s", "late")
+    __slots__ = ("deadline", "cancelled", "cpu_s", "late", "stop")
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, stop: Stop = _NEVER) -> None:
         self.deadline = time.monotonic() + timeout_s
+        self.stop = stop
         self.cancelled = False
         self.cpu_s = 0.0
         # once its request has been answered without it (cancelled): where the CPU of work still running goes
         self.late: Callable[[float], None] | None = None
 
     def check(self) -> None:
-        if self.cancelled or time.monotonic() > self.deadline:
+        if self.cancelled or self.stop.now or time.monotonic() > self.deadline:
             self.cancelled = True
             raise DeadlinePassed("the request's deadline passed (server.request_timeout_ms) or its caller went away; "
                                  "its work was stopped")
@@ -51,7 +65,8 @@ def checkpoint() -> None:
 def running(token: Token, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """fn(*args, **kwargs) with `token` current on this thread (checked first), its thread CPU time added to
     the token's `cpu_s` (or, once the request is answered without it, to `late`)."""
-    token.check()
+    if token.cancelled or token.stop.now or time.monotonic() > token.deadline:   # (check(), written out)
+        token.check()
     outer = getattr(_local, "token", None)
     _local.token = token
     c0 = time.thread_time()

@@ -6,6 +6,7 @@ Tensor-generic: the engine knows sessions, input/output names, dtypes and shapes
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -102,6 +103,8 @@ class LoadedModel:
     wide: Session | None = None        # the latency lane: every CPU on one forward that runs alone
     backend: str = "onnx"              # onnx, or a script model's python | exec (engine/scripts/)
     program: str | None = None         # a script model: what runs (venv, compiled executable)
+    # requests the runtime's core holds for this version (what a reload waits for before it frees it)
+    in_flight: int = field(default=0, compare=False)
 
     @property
     def name(self) -> str:
@@ -155,7 +158,7 @@ class LoadedModel:
             values = session.run(names, feeds)
         except Exception as exc:  # noqa: BLE001 - ORT raises untyped errors
             raise InferenceError(f"inference failed for model '{self.name}': {exc}", model=self.name) from exc
-        return {n: np.asarray(v) for n, v in zip(names, values, strict=True)}
+        return dict(zip(names, map(np.asarray, values), strict=True))   # (no comprehension: a call less a forward)
 
     @functools.cached_property
     def output_names(self) -> list[str]:
@@ -189,6 +192,18 @@ def _trial_forward(name: str, sessions: list[Session], graph: GraphInfo) -> None
             raise ModelLoadError(f"model '{name}' fails a trial forward: {exc}", model=name) from exc
 
 
+def with_options(cfg: ModelConfig) -> ModelConfig:
+    """The entry with its family's options dataclass in `options` (its defaults when the entry set none): a loaded
+    model's pipeline (and a plug-in's) reads `model.config.options`; building a ModelConfig resolved no family code,
+    loading one does."""
+    from .. import families
+
+    cls = families.options_class(cfg.kind)
+    if cls is None or isinstance(cfg.options, cls):
+        return cfg
+    return dataclasses.replace(cfg, options=cls())
+
+
 def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: Path | None = None,
                progress: Progress | None = None, threads: ModelThreads | None = None) -> LoadedModel:
     """Resolve (the tokenizer only where the family needs one), build its sessions as `threads` says (else as the
@@ -196,12 +211,14 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     from .. import families
     from .scripts import CONTRACT_FILE, agree_with_graph, script_backend
 
+    cfg = with_options(cfg)
     server = server or ServerConfig()
     backend = script_backend(cfg)
     if backend is not None:
         return finish_load(load_script(cfg, server, backend, threads))
     t0 = time.perf_counter()
-    resolved = resolve(ModelSource.of(cfg, families.get(cfg.kind).needs_tokenizer), cache_dir, progress)
+    family = families.get(cfg.kind)
+    resolved = resolve(ModelSource.of(cfg, family.needs_tokenizer, families.aux_files(cfg.kind)), cache_dir, progress)
     t_resolve = time.perf_counter() - t0
     aux = {name: _read_json(path) for name, path in resolved.aux.items() if name.endswith(".json")
            and name != "tokenizer.json"}

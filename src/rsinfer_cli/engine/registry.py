@@ -56,7 +56,7 @@ class Registry:
                  plan: ThreadPlan | None = None) -> None:
         # how the CPU models share the CPUs (engine/threads.py); for models loaded elsewhere, what they were given
         self.plan = plan or ThreadPlan(cpus=usable_cpus(), models={k: m.threads for k, m in models.items()})
-        self.unavailable: dict[str, str] = {}     # configured models not served now, and why (engine/control.py)
+        self.unavailable: dict[str, str] = {}     # configured models not served now, and why (runtime/control.py)
         self._index(models, configs or {m.name: m.config for m in models.values()})
 
     def _index(self, models: dict[str, LoadedModel], configs: dict[str, ModelConfig]) -> None:
@@ -165,9 +165,12 @@ class Registry:
         versions = self.entries.get(name)
         if versions is None:
             raise self.not_found(name)
-        if not families.answers(versions[0].kind, kind):
+        model_kind = versions[0].config.kind
+        if model_kind != kind and not families.answers(model_kind, kind):   # (its own kind: no call to make)
             raise KindMismatch(f"model '{name}' is {_a(versions[0].kind)} model but was used for {_a(kind)} request",
                                param="model", model=name)
+        if not version and name not in self.routers:     # its one version (most requests): no look-up to make
+            return versions[0]
         return self.version_of(name, version)
 
     def version_of(self, name: str, version: str | None = None) -> LoadedModel:

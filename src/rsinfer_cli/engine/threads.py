@@ -264,6 +264,9 @@ class CpuBudget:
     def __init__(self, total: int) -> None:
         self.total = max(1, total)
         self.free = self.total
+        # requests in flight in the process (the runtime's core counts them): a lone request runs on the event loop
+        # only while it is the one
+        self.requests = 0
         self._waiting: dict[int, Callable[[], None]] = {}
 
     def take(self, n: int) -> bool:

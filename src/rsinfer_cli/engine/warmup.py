@@ -9,16 +9,33 @@ signature's (a dynamic batch dimension: 1 and `max_batch_size`)."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..config import WarmupConfig
+from ..config import ModelConfig, WarmupConfig
 from ..errors import ModelLoadError
-from .session import Feeds, GraphInfo, sample_feeds
+from .session import Feeds, GraphInfo, Session, sample_feeds
 
-if TYPE_CHECKING:
-    from .model import LoadedModel
+
+class Warmed(Protocol):
+    """What the warm-up reads of a loaded model (engine/model.LoadedModel, which calls it once loaded)."""
+
+    @property
+    def graph(self) -> GraphInfo: ...
+    @property
+    def config(self) -> ModelConfig: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def max_len(self) -> int | None: ...
+    @property
+    def sessions(self) -> Sequence[Session]: ...
+    @property
+    def wide(self) -> Session | None: ...
 
 SHORT_TOKENS = 16        # a typical query
 BATCH_ROWS = 32          # a full batch of them (capped by batching.max_rows)
@@ -95,7 +112,7 @@ def _values(dtype: str, shape: tuple[int, ...], data: str, rng: np.random.Genera
     return rng.integers(0, 100, shape).astype(np_type)
 
 
-def warm(model: LoadedModel, cfg: WarmupConfig) -> dict[str, Any]:
+def warm(model: Warmed, cfg: WarmupConfig) -> dict[str, Any]:
     """The warm-up forwards, `cfg.requests` times per shape on every session (the latency lane's too); what ran,
     for `inspect` and /v1/models. A forward that fails is a load error naming the shape."""
     graph = model.graph

@@ -34,7 +34,6 @@ class Timing:
     tokenize_s: float = 0.0
     tokens: int = 0
     truncated: int = 0
-    rows: int = 0              # rows the request made (texts, pairs, windows, tensor rows)
 
 
 @dataclass
@@ -45,9 +44,6 @@ class Work(Generic[T]):
     costs: Sequence[int]
     finish: Callable[[list[Any]], T]
     timing: Timing = field(default_factory=Timing)
-
-    def __post_init__(self) -> None:
-        self.timing.rows = len(self.rows)
 
 
 class Timed:
@@ -104,7 +100,7 @@ class RowPipeline:
 
     def run(self, work: Work[T], runner: Runner | None = None) -> T:
         """The direct path: the work's rows on one replica (`runner`; else the first, unobserved), then its answer.
-        No cache: requests with one come through the inference core (pipelines/infer.py)."""
+        No cache: requests with one come through the inference core (runtime/core.py)."""
         return work.finish(self.forwards(work.rows, work.costs, runner))
 
     def forwards(self, rows: Sequence[Any], costs: Sequence[int], runner: Runner | None = None) -> list[Any]:

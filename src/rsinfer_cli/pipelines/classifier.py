@@ -76,7 +76,7 @@ class ClassifierPipeline(TextPipeline):
 
     def __init__(self, model: LoadedModel) -> None:
         super().__init__(model)
-        opts: ClassifierOptions = model.config.options
+        opts = model.config.own(ClassifierOptions)
         self.output = pick_output(model, LOGIT_OUTPUTS)
         shape = self.output_shape(self.output)
         self.labels = id2label(model)

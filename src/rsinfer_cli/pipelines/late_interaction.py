@@ -103,7 +103,7 @@ class LateInteractionPipeline(TextPipeline, Reranker):
 
     def __init__(self, model: LoadedModel) -> None:
         super().__init__(model)
-        opts: LateInteractionOptions = model.config.options
+        opts = model.config.own(LateInteractionOptions)
         self.max_documents = opts.max_rerank_documents
         self.maxsim = opts.maxsim
         self.output = pick_output(model, OUTPUTS)

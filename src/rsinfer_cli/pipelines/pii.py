@@ -530,7 +530,7 @@ class PiiPipeline(TextPipeline):
     def __init__(self, model: LoadedModel) -> None:
         super().__init__(model)
         cfg = model.config
-        opts: PiiOptions = cfg.options
+        opts = cfg.own(PiiOptions)
         self.labels = id2label(model)
         self.output = pick_output(model, LOGIT_OUTPUTS)
         shape = self.output_shape(self.output)

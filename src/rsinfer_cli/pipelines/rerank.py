@@ -88,7 +88,8 @@ class RerankPipeline(TextPipeline, Reranker):
     def __init__(self, model: LoadedModel) -> None:
         super().__init__(model)
         cfg = model.config
-        self.max_documents: int = cfg.options.max_rerank_documents   # per request, on every route
+        opts = cfg.own(RerankOptions)
+        self.max_documents: int = opts.max_rerank_documents   # per request, on every route
         self.output = pick_output(model, LOGIT_OUTPUTS)
         self.shape = self.output_shape(self.output)
         shape = self.shape
@@ -99,7 +100,7 @@ class RerankPipeline(TextPipeline, Reranker):
         else:
             raise ModelLoadError(f"model '{cfg.name}': rerank output '{self.output}' has shape {list(shape)}; "
                                  "expected [batch, 1], [batch, 2] or [batch, seq, vocab]", model=cfg.name)
-        self.scoring = AUTO[self.layout] if cfg.options.scoring == "auto" else cfg.options.scoring
+        self.scoring = AUTO[self.layout] if opts.scoring == "auto" else opts.scoring
         if self.scoring not in ALLOWED[self.layout]:
             raise ModelLoadError(
                 f"model '{cfg.name}': scoring '{self.scoring}' does not fit output '{self.output}' {list(shape)}; "

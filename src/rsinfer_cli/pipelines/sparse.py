@@ -104,7 +104,7 @@ class SparsePipeline(TextPipeline):
 
     def __init__(self, model: LoadedModel) -> None:
         super().__init__(model)
-        opts: SparseOptions = model.config.options
+        opts = model.config.own(SparseOptions)
         self.output = pick_output(model, OUTPUTS)
         shape = self.output_shape(self.output)
         if len(shape) not in (2, 3):

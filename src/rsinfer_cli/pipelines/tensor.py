@@ -21,33 +21,10 @@ from ..config import opt
 from ..engine.model import LoadedModel
 from ..engine.session import Session, TensorInfo, sample_feeds
 from ..errors import InferenceError, InputError, ModelLoadError
+from ..wire import UNSUPPORTED, datatype_of
 from .base import Array, RowPipeline, Timing, Work
 
-# KServe v2 datatype ↔ the numpy dtype onnxruntime feeds and returns (BYTES = ORT string tensors)
-DATATYPES: dict[str, str] = {
-    "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
-    "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64",
-    "FP16": "float16", "FP32": "float32", "FP64": "float64", "BYTES": "string", "BF16": "bfloat16",
-}
-BY_DTYPE = {v: k for k, v in DATATYPES.items()}
-UNSUPPORTED = {"BF16": "onnxruntime's Python API has no bfloat16 arrays; export the graph with FP16 or FP32 inputs"}
-
 TensorRow = dict[str, Array]
-
-
-def datatype_of(dtype: str) -> str:
-    """The KServe datatype of a graph dtype (numpy-style name, `string` for ORT strings)."""
-    return BY_DTYPE.get(dtype, dtype.upper())
-
-
-def numpy_dtype(datatype: str) -> np.dtype[Any]:
-    dtype = _NUMPY.get(datatype)
-    return dtype if dtype is not None else np.dtype(DATATYPES[datatype])   # BF16: numpy's own TypeError
-
-
-# each KServe datatype's numpy dtype, made once (not an np.dtype(name) per tensor of every request); not BF16
-_NUMPY: dict[str, np.dtype[Any]] = {k: np.dtype(object) if k == "BYTES" else np.dtype(v) for k, v in DATATYPES.items()
-                                    if k not in UNSUPPORTED}
 
 
 def minmax_rows(arr: Array, batched: bool) -> Array:
@@ -104,11 +81,8 @@ class TensorPipeline(RowPipeline):
         self._shapes = {t.name: kserve_shape(t) for t in model.graph.inputs}   # checked against on every request
         self._fixed = {name: [(k, d) for k, d in enumerate(want) if d >= 0] for name, want in self._shapes.items()}
         self.outputs = [t.name for t in model.graph.outputs]
-        # request headers a front end checked against this model, as it remembers them (KServe gRPC's: its raw
-        # input headers); kept here, they go with the model when a reload or an unload replaces it
-        self.seen_headers: dict[Any, Any] = {}
         self._check_batch_dimension(model)
-        opts: TensorOptions = model.config.options
+        opts = model.config.own(TensorOptions)
         self.min_elements, self.max_elements, self.normalize = (opts.min_elements, opts.max_elements,
                                                                 opts.normalize_input)
         self._bounded = self.min_elements is not None or self.max_elements is not None
@@ -326,10 +300,6 @@ class TensorPipeline(RowPipeline):
         if self.max_batch_size > 0:
             return [row] * batch, [1] * batch
         return [row], [1]
-
-
-def element_count(shape: Sequence[int]) -> int:
-    return math.prod(shape) if shape else 1
 
 
 def quality(a: TensorPipeline, b: TensorPipeline, texts: Sequence[str]) -> dict[str, float]:

@@ -116,7 +116,7 @@ class ZeroShotPipeline(TextPipeline):
     def __init__(self, model: LoadedModel) -> None:
         super().__init__(model)
         cfg = model.config
-        opts: ZeroShotOptions = cfg.options
+        opts = cfg.own(ZeroShotOptions)
         self.max_labels = opts.max_candidate_labels     # per request, on every route
         labels = self.labels = id2label(model)
         ent, con = find_label(labels, opts.entailment_label), find_label(labels, opts.contradiction_label)

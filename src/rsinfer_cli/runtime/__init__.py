@@ -1,5 +1,5 @@
 """The engine as one object: every served model's pipeline, its queue over its replicas, the forward and tokenizing
-threads, the row cache and the inference core (pipelines/infer.py). `rsinfer serve`, the front-end and engine
+threads, the row cache and the inference core (runtime/core.py). `rsinfer serve`, the front-end and engine
 processes of the worker split, and the one-shot CLI commands each build one and hand it to their front doors (the
 aiohttp app, the gRPC server, a command); nothing here knows HTTP, gRPC or Typer.
 
@@ -15,15 +15,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from .config import Config, ModelConfig, ServerConfig
-from .engine.cache import Cache, CacheStats
-from .engine.model import LoadedModel
-from .engine.registry import Registry
-from .engine.scheduler import ModelQueue, Observer, RequestRecord, RowForward, Scheduler
-from .engine.threads import CpuBudget
-from .pipelines import build_pipeline
-from .pipelines.base import RowPipeline, Timing
-from .pipelines.infer import Inference
+from ..config import Config, ModelConfig, ServerConfig
+from ..engine.cache import Cache, CacheStats
+from ..engine.model import LoadedModel
+from ..engine.registry import Registry
+from ..engine.scheduler import ModelQueue, Observer, RowForward, Scheduler
+from ..engine.threads import CpuBudget
+from ..pipelines import build_pipeline
+from ..pipelines.base import RowPipeline, Timing
+from .core import Inference
+from .record import RequestRecord
 
 # the engine process's forward: the pipeline's, wrapped (it tags rows with the front end they came from)
 ForwardWrap = Callable[[RowPipeline, LoadedModel], RowForward]
@@ -67,16 +68,14 @@ class Unobserved:
 class Runtime:
     """`queues`: the models' queues when their forwards run elsewhere (a front-end process: `RemoteQueue`s to its
     engine; `queue_for` makes the queue of a model loaded later); by default each model gets a `Scheduler` over its
-    replicas here. `forward`: wraps each pipeline's forward (the engine process). `inline_prep`: a front-end
-    process tokenizes small requests on its event loop."""
+    replicas here. `forward`: wraps each pipeline's forward (the engine process)."""
 
     def __init__(self, config: Config, registry: Registry, metrics: RuntimeMetrics | None = None, *,
                  queues: dict[str, ModelQueue] | None = None, forward: ForwardWrap | None = None,
-                 queue_for: Callable[[LoadedModel], ModelQueue] | None = None, inline_prep: bool = False) -> None:
+                 queue_for: Callable[[LoadedModel], ModelQueue] | None = None) -> None:
         self.config = config
         self.registry = registry
         self.metrics = metrics
-        self.inline_prep = inline_prep
         plan = registry.plan
         self.pipelines: dict[str, RowPipeline] = {key: build_pipeline(m)
                                                   for key, m in registry.models.items()}
@@ -102,9 +101,10 @@ class Runtime:
                                    max_queue=self.config.max_queue_of(m.config),
                                    queue_timeout_ms=self.config.server.queue_timeout_ms,
                                    observer=metrics.observer(m.name, m.version or "") if metrics else None,
-                                   forward=self.forward(pipe, m) if self.forward else None, budget=self.budget)
+                                   forward=self.forward(pipe, m) if self.forward else None, budget=self.budget,
+                                   prep=self.prep_executor)
 
-    # ------------------------------------------------------------ changing the served set (engine/control.py)
+    # ------------------------------------------------------------ changing the served set (runtime/control.py)
 
     def prepare(self, versions: list[LoadedModel]) -> dict[str, RowPipeline]:
         """The pipelines of newly loaded versions, built and checked (a load thread: a tokenizer is read here), the
@@ -155,8 +155,7 @@ class Runtime:
         deadline = time.monotonic() + timeout_s
         quiet_since = time.monotonic()
         while time.monotonic() < deadline:
-            if any(core.busy.get(id(m)) or (q is not None and (q[1].waiting or q[1].queued_rows or q[1].running))
-                   for m, q in held):
+            if any(m.in_flight or (q is not None and any(q[1].stats())) for m, q in held):
                 quiet_since = time.monotonic()
             elif time.monotonic() - quiet_since >= quiet_s:
                 break
@@ -191,7 +190,7 @@ class Runtime:
         cached = [key for key, m in self.registry.models.items() if m.config.cache]
         if settings is not None and cached:
             if cache:
-                from .engine.cache import MemoryCache, open_cache
+                from ..engine.cache import MemoryCache, open_cache
 
                 self.cache = open_cache(settings, self.metrics)
                 if self.metrics is not None:
@@ -201,7 +200,7 @@ class Runtime:
                 self.pipelines[key].identity()
         self._core = Inference(self.pipelines, self.queues, self.prep_executor, self.metrics or Unobserved(),
                                self.cache, settings.min_inference_ms if settings is not None else 0.0,
-                               self.inline_prep, self.config.server.request_timeout_ms / 1000)
+                               self.config.server.request_timeout_ms / 1000, self.budget)
         return self
 
     def queue_stats(self) -> list[tuple[str, str, int, int, int]]:

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Protocol
 
 from ..config import Config, ModelConfig, ServerConfig, load_config
+from ..engine.model import LoadedModel, load_model
+from ..engine.threads import plan_models
 from ..errors import ConfigError, ModelNotFound, RsinferError
 from ..pipelines.base import RowPipeline
-from ..runtime import Runtime
-from .model import LoadedModel, load_model
-from .threads import plan_models
+from . import Runtime
 
 log = logging.getLogger("rsinfer.engine")
 

@@ -18,17 +18,17 @@ from multidict import istr
 from .. import families
 from ..config import Config
 from ..engine.cache import RedisCache
-from ..engine.control import Control, ModelControl
-from ..engine.scheduler import REQUEST_RECORD, RequestRecord
 from ..errors import ConfigError
 from ..runtime import Runtime
+from ..runtime.control import Control, ModelControl
+from ..runtime.record import RequestRecord
 from .errors import RateLimited, RequestTimeout, Unauthorized, response_for, status_for
 from .logs import ACCESS, REQUEST_ID, request_id
 from .logs import access as log_access
 from .metrics import Metrics, QueueCollector
 from .ratelimit import Limit, RateLimiter
 from .routes import hf, ops
-from .routes.common import STATE
+from .routes.common import RECORD, STATE
 from .schemas import all_ops
 from .state import ServerState
 
@@ -88,31 +88,15 @@ def front(config: Config, metrics: Metrics, limiter: RateLimiter | None = None, 
         route = route_label(request)       # the matched template: once per request
         rid = request_id(request.headers.get("x-request-id"))
         REQUEST_ID.set(rid)
-        stats = RequestRecord(body_bytes=length)      # the request's record, new for each request
-        REQUEST_RECORD.set(stats)
+        stats = request[RECORD] = RequestRecord()      # the request's record, handed to the core
+        stats.body_bytes = length
         try:
             try:
-                key_index = None
-                if keys and route not in OPEN_ROUTES:
-                    header = request.headers.get("Authorization", "")
-                    given = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
-                    matches = [hmac.compare_digest(given, k) for k in keys]   # every key compared
-                    if not any(matches):
-                        raise Unauthorized("missing or invalid API key; send `Authorization: Bearer <key>`")
-                    key_index = matches.index(True)
+                key_index = _key_index(request, keys) if keys and route not in OPEN_ROUTES else None
                 if limiter is not None and route not in OPEN_ROUTES:
-                    client = f"key:{key_index}" if key_index is not None else f"addr:{request.remote}"
-                    cache = request.app[STATE].cache
-                    if isinstance(cache, RedisCache):     # one count for every process
-                        verdict = await limiter.acheck(client, key_index, cache.acount)
-                    else:
-                        verdict = limiter.check(client, key_index)
-                    if verdict is not None:
-                        limit_headers = verdict.headers()
-                        if not verdict.allowed:
-                            metrics.rate_limited.labels(route).inc()
-                            raise RateLimited(f"rate limit reached: {verdict.limit} requests per "
-                                              f"{verdict.window_s:g} s; retry in {limit_headers['Retry-After']} s")
+                    limit_headers, refused = await _limited(request, route, limiter, key_index, metrics)
+                    if refused is not None:
+                        raise refused
                 if length is not None and length > max_body:
                     raise web.HTTPRequestEntityTooLarge(max_size=max_body, actual_size=length)
                 try:
@@ -127,15 +111,7 @@ def front(config: Config, metrics: Metrics, limiter: RateLimiter | None = None, 
                 status = CLIENT_CLOSED
                 raise
             except Exception as exc:  # noqa: BLE001 - this is the mapping point
-                kserve = route in kserve_routes
-                if route == "unmatched" and kserve_path(request.path):
-                    kserve = True
-                    if isinstance(exc, web.HTTPNotFound):
-                        exc = web.HTTPNotFound(reason=kserve_not_found(request.path))
-                response = response_for(exc, kserve=kserve)
-                if response.status >= 500:
-                    log.error("%s %s failed: %s", request.method, route, exc,
-                              exc_info=not isinstance(exc, (web.HTTPException,)) and status_for(exc)[0] == 500)
+                response = _failure(request, route, exc, kserve_routes)
             status = response.status
             # every answer passes here before aiohttp prepares it (files included): its id and limits, set here
             # rather than by an on_response_prepare signal (a coroutine per response)
@@ -207,6 +183,51 @@ class Deadlines:
             loop.call_later(self.tick, self._sweep, loop)
         else:
             self._sweeping = False
+
+
+def _key_index(request: web.Request, keys: list[bytes]) -> int:
+    """The index of the API key the request sends (every key compared, in constant time); Unauthorized without."""
+    header = request.headers.get("Authorization", "")
+    given = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
+    matches = [hmac.compare_digest(given, k) for k in keys]   # every key compared
+    if not any(matches):
+        raise Unauthorized("missing or invalid API key; send `Authorization: Bearer <key>`")
+    return matches.index(True)
+
+
+async def _limited(request: web.Request, route: str, limiter: RateLimiter, key_index: int | None,
+                   metrics: Metrics) -> tuple[dict[str, str] | None, RateLimited | None]:
+    """The request counted against its client's limit (its key's, else its address's): the limit headers to send
+    (the refusal's too), and the refusal past it."""
+    client = f"key:{key_index}" if key_index is not None else f"addr:{request.remote}"
+    cache = request.app[STATE].cache
+    if isinstance(cache, RedisCache):     # one count for every process
+        verdict = await limiter.acheck(client, key_index, cache.acount)
+    else:
+        verdict = limiter.check(client, key_index)
+    if verdict is None:
+        return None, None
+    headers = verdict.headers()
+    if not verdict.allowed:
+        metrics.rate_limited.labels(route).inc()
+        return headers, RateLimited(f"rate limit reached: {verdict.limit} requests per {verdict.window_s:g} s; "
+                                    f"retry in {headers['Retry-After']} s")
+    return headers, None
+
+
+def _failure(request: web.Request, route: str, exc: Exception, kserve_routes: frozenset[str]) -> web.Response:
+    """An error as its HTTP response: KServe's error body on KServe's routes (and unmatched /v2 paths), the
+    unexpected logged with its traceback."""
+    kserve = route in kserve_routes
+    if route == "unmatched" and kserve_path(request.path):
+        kserve = True
+        if isinstance(exc, web.HTTPNotFound):
+            exc = web.HTTPNotFound(reason=kserve_not_found(request.path))
+    response = response_for(exc, kserve=kserve)
+    if response.status >= 500:
+        log.error("%s %s failed: %s", request.method, route, exc,
+                  exc_info=not isinstance(exc, (web.HTTPException,)) and status_for(exc)[0] == 500)
+    return response
 
 
 def _access_line(request: web.Request, route: str, status: int, elapsed: float, stats: RequestRecord) -> None:

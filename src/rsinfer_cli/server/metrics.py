@@ -194,6 +194,7 @@ class Metrics:
         self._cache_bytes: tuple[Any, Callable[[], float]] | None = None
         self._http: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._usage: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+        self._cpu: dict[str, Any] = {}
         self.registry = CollectorRegistry()
         r = self.registry
         self.batched = batched
@@ -233,7 +234,7 @@ class Metrics:
                                            "shows here)", ["model"], STAGE_BUCKETS)
         self._outcome: dict[tuple[str, str, bool], tuple[Any, Any]] = {}
         self.last_request: dict[tuple[str, str], float] = {}     # (model, version) → when this process answered
-        # model control (engine/control.py): loads by result, their duration, and each model's state
+        # model control (runtime/control.py): loads by result, their duration, and each model's state
         self.model_loads = self._counter("rsinfer_model_loads", "Model loads (start-up, reload, repository API) by "
                                          "result", ["model", "result"])
         self.load_duration = self._histogram("rsinfer_model_load_duration_seconds", "Time to load a model (all its "
@@ -345,7 +346,10 @@ class Metrics:
             children[1].observe(record.postprocess_ms / 1000)
 
     def cpu(self, model: str, seconds: float) -> None:
-        self.request_cpu.labels(model).observe(seconds)
+        child = self._cpu.get(model)       # the labelled child, looked up once per model (labels() costs a call)
+        if child is None:
+            child = self._cpu[model] = self.request_cpu.labels(model)
+        child.observe(seconds)
 
     def model_loaded(self, model: str, ok: bool, seconds: float) -> None:
         self.model_loads.labels(model, "success" if ok else "fail").inc()

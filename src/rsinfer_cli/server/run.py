@@ -104,7 +104,7 @@ async def serve_app(app: web.Application, host: str, port: int, drain_s: float, 
 
 
 async def reload_config(state: ServerState, notifier: Notifier) -> None:
-    """SIGHUP: the config file read again and applied model by model (engine/control.py); an invalid file changes
+    """SIGHUP: the config file read again and applied model by model (runtime/control.py); an invalid file changes
     nothing (the error is logged with its key path). systemd hears RELOADING=1, then READY=1."""
     notifier.reloading()
     try:

@@ -11,11 +11,11 @@ from typing import Any
 
 from ..config import Config
 from ..engine.cache import Cache
-from ..engine.control import Control
 from ..engine.registry import Registry
 from ..pipelines.base import RowPipeline
-from ..pipelines.infer import Inference
 from ..runtime import Runtime
+from ..runtime.control import Control
+from ..runtime.core import Inference
 from .metrics import Metrics
 
 

@@ -3,7 +3,7 @@
 With `server.tracing: {otlp_endpoint, service_name, sample_ratio}` every request becomes a SERVER span
 `<METHOD> <route template>`, continuing the client's W3C `traceparent`, with children `rsinfer.tokenize`,
 `rsinfer.queue`, `rsinfer.forward` and `rsinfer.postprocess` built from the times the request recorded (the engine
-knows no tracing: it stamps its queue wait and forwards into the request's stats, engine/scheduler.py). Spans go
+knows no tracing: its queue stamps its wait and forwards into the request's record, engine/scheduler/). Spans go
 through the official SDK's batch processor to the OTLP/HTTP protobuf exporter at `<otlp_endpoint>/v1/traces`.
 
 Off by default, and then free: nothing here is imported. The SDK is the optional extra `rsinfer[otel]`.
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import Config
-from ..engine.scheduler import RequestRecord
 from ..errors import ConfigError
+from ..runtime.record import RequestRecord
 
 # perf_counter → wall-clock nanoseconds (spans need epoch times; requests stamp perf_counter)
 _OFFSET_NS = time.time_ns() - time.perf_counter_ns()

@@ -9,7 +9,7 @@ It listens on a Unix socket (`ipc.py`); each front end holds one connection and 
 - `cancel` (id) → its queued rows are dropped and its direct forwards stop (the client left, or its deadline
   passed); a front end whose connection closes (it stopped, or died) has all of its requests cancelled so;
 - `stats` (id) → each model's queue depth, rows queued and forwards running, for the front end's `/metrics`;
-- `control` (id, reload | load | unload, name) → the served set changed here (engine/control.py), then the new
+- `control` (id, reload | load | unload, name) → the served set changed here (runtime/control.py), then the new
   catalog pushed to every front end (`catalog` with id 0), then `done` (or the error).
 
 A model's rows are addressed by its key and load serial (`wire_key`): a front end that still holds a version a
@@ -60,7 +60,7 @@ class EngineServer:
     def __init__(self, config: Config, registry: Registry, metrics: Metrics,
                  select: Callable[[Config], Config] | None = None) -> None:
         """`select(config)`: the models of this engine's device (a reloaded file holds every device's)."""
-        from ..engine.control import ModelControl
+        from ..runtime.control import ModelControl
 
         self.config = config
         self.registry = registry

@@ -19,23 +19,25 @@ import itertools
 import logging
 import pickle
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from ..config import Config, ModelConfig
-from ..engine.control import Control, ModelState
+from ..engine.cancel import running
 from ..engine.model import LoadedModel
 from ..engine.registry import Registry
-from ..engine.scheduler import ModelQueue, Runner
+from ..engine.scheduler import Asked, ModelQueue, QueueStats
 from ..errors import EngineUnavailable, ModelNotFound
+from ..runtime.control import Control, ModelState
 from ..server.metrics import Metrics
 from . import ipc
 from .engine import wire_key
 
 log = logging.getLogger("rsinfer.server")
-T = TypeVar("T")
+R = TypeVar("R")
 
 
 class EngineClient:
@@ -134,35 +136,30 @@ class EngineClient:
 
 
 class RemoteQueue:
-    """A model's scheduler as a front end sees it: rows go to the engine's scheduler, batched there with the rows of
-    every front end; the answer is built here."""
+    """A model's queue as a front end sees it: the request is planned and answered here, its rows forwarded by the
+    engine's scheduler, batched there with the rows of every front end. A small request (its body) is tokenized and
+    answered on this event loop, where a thread hop would cost more than the work; a larger one on the prep pool,
+    never holding the loop for long."""
 
-    batching = True     # the engine's scheduler decides (a request runs direct there when batching is off)
-    free = False        # never a one-hop path here: the forward is always in the engine
-
-    def __init__(self, client: EngineClient, key: str) -> None:
+    def __init__(self, client: EngineClient, key: str, prep: Executor) -> None:
         self.client = client
         self.key = key          # the version's wire key (engine.wire_key): its queue in the engine
-        self.waiting = 0       # the engine's numbers at the last `refresh`
-        self.queued_rows = 0
-        self.running = 0
+        self.prep = prep
+        self.numbers = QueueStats(0, 0, 0)    # the engine's, at the last `refresh`
 
-    async def submit(self, rows: Sequence[Any], costs: Sequence[int], finish: Callable[[list[Any]], T]) -> T:
-        if not rows:
-            return finish([])
-        return finish(await self.client.rows(self.key, rows, costs))
+    async def answer(self, ask: Asked[R]) -> R:
+        token = ask.token
+        if ask.small:
+            work = running(token, ask.plan)
+            outputs = await self.client.rows(self.key, work.rows, work.costs) if work.rows else []
+            return running(token, ask.finish, outputs)
+        loop = asyncio.get_running_loop()
+        work = await loop.run_in_executor(self.prep, running, token, ask.plan)
+        outputs = await self.client.rows(self.key, work.rows, work.costs) if work.rows else []
+        return await loop.run_in_executor(self.prep, running, token, ask.finish, outputs)
 
-    async def run(self, fn: Callable[[Runner], T]) -> T:
-        raise RuntimeError("a front end never holds a replica")  # `free` is False: the server submits rows
-
-    def now(self) -> bool:
-        return False        # the forward is always in the engine
-
-    def lone(self, rows: int = 1, cost: int = 0) -> bool:
-        return False        # the same
-
-    def run_now(self, rows: Sequence[Any], costs: Sequence[int], lone: bool = False) -> list[Any]:
-        raise RuntimeError("a front end never holds a replica")  # `now()` and `lone()` are False
+    def stats(self) -> QueueStats:
+        return self.numbers
 
     def stop(self) -> None:
         pass
@@ -173,10 +170,10 @@ async def refresh(queues: dict[str, ModelQueue], clients: Sequence[EngineClient]
     for client in clients:
         if client.gone is not None:
             continue
-        for key, waiting, rows, running in await client.stats():
+        for key, waiting, rows, forwards in await client.stats():
             q = queues.get(key)
             if isinstance(q, RemoteQueue):
-                q.waiting, q.queued_rows, q.running = waiting, rows, running
+                q.numbers = QueueStats(waiting, rows, forwards)
 
 
 class RemoteControl(Control):
@@ -190,7 +187,7 @@ class RemoteControl(Control):
         self.owner: dict[str, EngineClient] = {}       # wire key → the engine that runs it
         self._applying: asyncio.Future[None] | None = None
         self._lock = asyncio.Lock()
-        runtime.queue_for = lambda m: RemoteQueue(self.owner[wire_key(m)], wire_key(m))
+        runtime.queue_for = lambda m: RemoteQueue(self.owner[wire_key(m)], wire_key(m), runtime.prep_executor)
         for client in self.clients:
             client.on_catalog = self._pushed
             for m in client.catalog.get("models", ()):
@@ -307,8 +304,9 @@ def frontend_app(config: Config, clients: Sequence[EngineClient], models: dict[s
     from ..server.routes.common import STATE
 
     registry = Registry({k: m for k, (m, _) in models.items()}, {m.name: m for m in config.models})
-    queues: dict[str, ModelQueue] = {key: RemoteQueue(client, wire_key(m)) for key, (m, client) in models.items()}
-    runtime = Runtime(config, registry, metrics or Metrics(), queues=queues, inline_prep=True)
+    queues: dict[str, ModelQueue] = {}
+    runtime = Runtime(config, registry, metrics or Metrics(), queues=queues)
+    queues.update({key: RemoteQueue(client, wire_key(m), runtime.prep_executor) for key, (m, client) in models.items()})
     # the engines change the served set: no control of its own here (it would read the file and count the
     # engines' loads again)
     app = create_app(runtime, control=lambda state: RemoteControl(runtime, clients, state.refresh))

@@ -122,7 +122,7 @@ def _stop_when_readable(conn: Any, stop: asyncio.Event) -> None:
 
 
 def _engine_orders(conn: Any, stop: asyncio.Event, server: Any) -> None:
-    """The supervisor's orders to an engine: ("reload", None) - the config file applied (engine/control.py), then
+    """The supervisor's orders to an engine: ("reload", None) - the config file applied (runtime/control.py), then
     ("reloaded", what it did or why not) back; ("stop", None), or its end closing (it stopped, or died) - `stop`."""
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()

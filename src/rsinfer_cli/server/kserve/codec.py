@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import InputError
 from ...jsonio import JSONDecodeError, loads
 from ...pipelines.base import Array
-from ...pipelines.tensor import DATATYPES, datatype_of, element_count, numpy_dtype
+from ...wire import DATATYPES, datatype_of, element_count, numpy_dtype
 
 
 def check_header(name: Any, datatype: Any, shape: Any, where: str) -> tuple[str, str, list[int]]:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...engine.control import READY
 from ...engine.model import LoadedModel
 from ...errors import InputError, ModelNotFound, NotAllowed, RsinferError, public_text
+from ...runtime.control import READY
 from ..state import ServerState
 
 NS = 1e9

@@ -12,6 +12,7 @@ import hmac
 import logging
 import sys
 import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,7 +32,9 @@ from ...errors import (
     RsinferError,
     Saturated,
 )
-from ...pipelines.tensor import TensorPipeline, element_count, numpy_dtype, platform, tensor_metadata
+from ...pipelines.tensor import TensorPipeline, platform, tensor_metadata
+from ...runtime.record import RequestRecord
+from ...wire import element_count, numpy_dtype
 from ..errors import kserve_message
 from ..logs import ACCESS, REQUEST_ID, request_id
 from ..logs import access as log_access
@@ -62,9 +65,8 @@ CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_conte
             "FP64": "fp64_contents", "BYTES": "bytes_contents"}
 
 
-# raw input headers remembered per model (its pipeline's `seen_headers`: the header's bytes → _raw_header's answer),
-# and answers' templates: the distinct (name, datatype, shape) clients send; more (a model whose shapes vary without
-# end) start the memory over
+# raw input headers remembered per model (KServeServicer._headers) and answers' templates: the distinct (name,
+# datatype, shape) clients send; more (a model whose shapes vary without end) start the memory over
 HEADERS = 1024
 # an input's name, the numpy dtype and size in bytes its raw contents must have (None: BYTES, any size) and its shape
 RawHeader = tuple[str, "np.dtype[Any] | None", list[int], int]
@@ -86,14 +88,40 @@ def _raw_header(pipe: TensorPipeline, t: Any, i: int) -> RawHeader:
     return name, dtype, shape, element_count(shape) * dtype.itemsize
 
 
+def _typed_tensors(pipe: TensorPipeline, inputs: Any, count: int) -> dict[str, Any]:
+    """The inputs in their typed `contents` as arrays by name."""
+    tensors: dict[str, Any] = {}
+    for i in range(count):
+        t = inputs[i]
+        name, datatype, shape = _checked(pipe, t, i)
+        if name in tensors:
+            raise InputError(f"input '{name}' is given twice", param=name)
+        field = CONTENTS.get(datatype)
+        if field is None:
+            raise InputError(f"input '{name}': {datatype} travels only in raw_input_contents", param=name)
+        values = getattr(t.contents, field)[:]
+        if datatype == "BYTES":
+            try:
+                values = [v.decode("utf-8") for v in values]
+            except UnicodeDecodeError:
+                raise InputError(f"input '{name}': BYTES elements must be UTF-8 text", param=name) from None
+        elements = element_count(shape)
+        if len(values) != elements:
+            raise InputError(f"input '{name}' has {len(values)} elements but shape {shape} holds {elements}",
+                             param=name)
+        tensors[name] = np.array(values, dtype=numpy_dtype(datatype)).reshape(shape)
+    return tensors
+
+
 OK = grpc.StatusCode.OK
 
 
-def _access_line(method: str, code: str, elapsed: float) -> None:
+def _access_line(method: str, code: str, elapsed: float, record: RequestRecord | None) -> None:
     """A call's access line (a function of its own: a closure in `_call` would turn its locals into cells, slower
-    on every access)."""
+    on every access), with an inference call's record: the same fields as an HTTP request's."""
     log_access(f"gRPC {method} {code} {elapsed * 1000:.1f}ms", lambda: {
-        "method": "gRPC", "route": method, "code": code, "duration_ms": round(elapsed * 1000, 3)})
+        "method": "gRPC", "route": method, "code": code, "duration_ms": round(elapsed * 1000, 3),
+        **(record.log_fields() if record is not None else {})})
 
 
 def code_for(exc: BaseException) -> grpc.StatusCode:
@@ -127,6 +155,10 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         self.access = state.config.server.access_log
         self._children: dict[tuple[str, str], tuple[Any, Any]] = {}   # metric children, looked up once each
         self._templates: dict[tuple[Any, ...], Any] = {}      # _response's
+        self.tracing = state.tracing
+        # raw input headers remembered per model (by its pipeline: a new version starts afresh): the header's bytes
+        # → _raw_header's answer
+        self._headers: dict[int, tuple[weakref.ref[TensorPipeline], dict[bytes, RawHeader]]] = {}
 
     def _observe(self, method: str, code: str, seconds: float) -> None:
         """One call of `method` ended with status `code` (its name) after `seconds`."""
@@ -164,8 +196,9 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         return echo
 
     async def _call(self, method: str, context: Context, fn: Any, *args: Any,
-                    open_: bool = False) -> Any:
-        """Auth, metrics, the request id, and every error as a gRPC status with its message (never a traceback)."""
+                    open_: bool = False, record: RequestRecord | None = None) -> Any:
+        """Auth, metrics, the request id, and every error as a gRPC status with its message (never a traceback);
+        an inference call's `record` (made by its method, passed to the core) in its access line and trace."""
         t0 = time.perf_counter()
         code = OK
         echo = self._request_id(context)
@@ -188,8 +221,18 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             elapsed = time.perf_counter() - t0
             name = "OK" if code is OK else code.name      # (an enum's name: a Python-level property)
             self._observe(method, name, elapsed)
+            if record is not None and self.tracing is not None:
+                self._trace(context, method, name, echo[0][1], t0, elapsed, record)
             if self.access and ACCESS.isEnabledFor(logging.INFO):
-                _access_line(method, name, elapsed)
+                _access_line(method, name, elapsed, record)
+
+    def _trace(self, context: Context, method: str, code: str, rid: str, t0: float, elapsed: float,
+               record: RequestRecord) -> None:
+        """The call's span and its children (tokenize, queue, forward, postprocess), as an HTTP request's."""
+        headers = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        self.tracing.request(headers, f"gRPC {method}", t0, t0 + elapsed, {
+            "rpc.system": "grpc", "rpc.method": method, "rpc.grpc.status_code": code, "rsinfer.request_id": rid,
+            "rsinfer.model": record.model, "rsinfer.rows": record.rows}, record)
 
     def _model(self, name: str, version: str) -> Any:
         return self.state.registry.get(name, "tensor", version or None)
@@ -271,8 +314,8 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # ------------------------------------------------------------ inference
 
-    async def _infer(self, request: Any) -> Any:
-        m = self._model(request.model_name, request.model_version)
+    async def _infer(self, request: Any, record: RequestRecord) -> Any:
+        m = self.state.registry.get(request.model_name, "tensor", request.model_version or None)   # (_model's)
         pipe = self.state.pipelines[m.key]
         assert isinstance(pipe, TensorPipeline)
         # repeated fields read by index and slice: protobuf's containers have no __iter__, so a `for` over one
@@ -282,11 +325,18 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         raw = request.raw_input_contents[:]
         if raw and len(raw) != count:
             raise InputError(f"{len(raw)} raw_input_contents for {count} inputs")
-        seen: dict[bytes, RawHeader] = pipe.seen_headers
-        tensors: dict[str, Any] = {}
-        for i in range(count):
-            t = inputs[i]
-            if raw:
+        if not raw:
+            tensors = _typed_tensors(pipe, inputs, count)
+        else:    # raw contents (what tritonclient sends): each header checked once per model's pipeline and
+            held = self._headers.get(id(pipe))     # remembered by its bytes (a new version starts afresh)
+            if held is None or held[0]() is not pipe:      # (an id may be reused once a pipeline is gone)
+                if len(self._headers) >= HEADERS:
+                    self._headers.clear()
+                held = self._headers[id(pipe)] = (weakref.ref(pipe), {})
+            seen = held[1]
+            tensors = {}
+            for i in range(count):
+                t = inputs[i]
                 key = t.SerializeToString()      # the header as the client sent it (name, datatype, shape)
                 head = seen.get(key)
                 if head is None:
@@ -303,26 +353,9 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
                     tensors[name] = codec.from_raw(name, t.datatype, shape, data)
                 else:
                     tensors[name] = np.frombuffer(data, dtype).reshape(shape)  # read-only: ORT only reads it
-                continue
-            name, datatype, shape = _checked(pipe, t, i)
-            if name in tensors:
-                raise InputError(f"input '{name}' is given twice", param=name)
-            field = CONTENTS.get(datatype)
-            if field is None:
-                raise InputError(f"input '{name}': {datatype} travels only in raw_input_contents", param=name)
-            values = getattr(t.contents, field)[:]
-            if datatype == "BYTES":
-                try:
-                    values = [v.decode("utf-8") for v in values]
-                except UnicodeDecodeError:
-                    raise InputError(f"input '{name}': BYTES elements must be UTF-8 text", param=name) from None
-            elements = element_count(shape)
-            if len(values) != elements:
-                raise InputError(f"input '{name}' has {len(values)} elements but shape {shape} holds {elements}",
-                                 param=name)
-            tensors[name] = np.array(values, dtype=numpy_dtype(datatype)).reshape(shape)
         outputs = request.outputs
-        result = await self.state.core.infer(m, pipe.plan, tensors, [o.name for o in outputs[:]] if outputs else None)
+        result = await self.state.core.infer(record, m, pipe.plan, tensors,
+                                             [o.name for o in outputs[:]] if outputs else None)
         return self._response(m, request.id, result.outputs)
 
     def _response(self, m: Any, rid: str, outputs: dict[str, Any]) -> Any:
@@ -351,7 +384,8 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
         return response
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return await self._call("ModelInfer", context, self._infer, request)
+        record = RequestRecord()      # (no body_bytes: upb's ByteSize() serializes the whole message to count it)
+        return await self._call("ModelInfer", context, self._infer, request, record, record=record)
 
     async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         """Each request answered in order on the stream; a failed one is an `error_message`, the stream goes on."""
@@ -365,7 +399,7 @@ class KServeServicer(pb_grpc.GRPCInferenceServiceServicer):
             t0 = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
-                response = await self._infer(request)
+                response = await self._infer(request, RequestRecord())
                 yield pb.ModelStreamInferResponse(infer_response=response)
             except asyncio.CancelledError:     # the client closed the stream while this request ran
                 code = grpc.StatusCode.CANCELLED

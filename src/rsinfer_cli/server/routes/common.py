@@ -4,18 +4,20 @@ how to answer."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import msgspec
 from aiohttp import web
 
+from ... import families
 from ...engine.model import LoadedModel
-from ...errors import InputError
+from ...errors import InputError, PayloadTooLarge
 from ...jsonio import MAX_JSON_DEPTH, depth, encode
 from ...pipelines.base import RowPipeline, Work
-from ...pipelines.infer import PlanArgs
+from ...runtime.core import PlanArgs
+from ...runtime.record import RequestRecord
 from ..errors import RequestValidationError
 from ..schemas import Usage
 from ..state import ServerState
@@ -24,6 +26,7 @@ P = TypeVar("P", bound=RowPipeline)
 Q = TypeVar("Q", bound=msgspec.Struct)
 R = TypeVar("R")
 STATE = web.AppKey("state", ServerState)   # the app's ServerState
+RECORD = web.RequestKey("record", RequestRecord)   # the request's record, made by the middleware (server/app.py)
 _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 _AT = re.compile(r"^(?P<text>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 
@@ -67,18 +70,29 @@ class Call(Generic[Q]):
     state: ServerState
     req: Q
     model: LoadedModel
+    record: RequestRecord
 
     def pipeline(self, kind: type[P]) -> P:
-        """The model's pipeline, as the route's family expects it."""
+        """The model's pipeline, as the route's family expects it (a kind's protocol, such as `Embedder` or
+        `Reranker`, or its own pipeline for routes only it answers: TEI's /tokenize needs a tokenizer)."""
         pipe = self.state.pipelines[self.model.key]
         if not isinstance(pipe, kind):
-            raise TypeError(f"model '{self.model.name}' has a {type(pipe).__name__}, not a {kind.__name__}")
+            from ...errors import KindMismatch
+
+            raise KindMismatch(f"model '{self.model.name}' is {_a(self.model.kind)} model; this route needs "
+                               f"{_a(kind.kind)} model", param="model", model=self.model.name)
         return pipe
 
-    async def infer(self, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args, **kwargs: PlanArgs.kwargs) -> R:
+    def infer(self, plan: Callable[PlanArgs, Work[R]], *args: PlanArgs.args,
+              **kwargs: PlanArgs.kwargs) -> Coroutine[Any, Any, R]:
         """The request through the inference core: `plan(*args, **kwargs)` - a family's plan and what its route
-        passes it, checked by mypy against the plan's own signature."""
-        return await self.state.core.infer(self.model, plan, *args, **kwargs)
+        passes it, checked by mypy against the plan's own signature. The core's coroutine itself, for the route to
+        await (no coroutine of its own in between)."""
+        return self.state.core.infer(self.record, self.model, plan, *args, **kwargs)
+
+
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[:1] in "aeiou" else f"a {kind}"
 
 
 async def begin(request: web.Request, kind: str, schema: type[Q], named: bool = True) -> Call[Q]:
@@ -88,7 +102,7 @@ async def begin(request: web.Request, kind: str, schema: type[Q], named: bool = 
     req = decode(await request.read(), schema)
     name = getattr(req, "model", None) if named else None
     model = state.registry.get(name if isinstance(name, str) else None, kind)
-    return Call(state, req, model)
+    return Call(state, req, model, request[RECORD])
 
 
 def check_count(call: Call[Any], key: str, n: int) -> None:
@@ -98,6 +112,34 @@ def check_count(call: Call[Any], key: str, n: int) -> None:
     limit = call.state.config.server.max_texts
     if n > limit:
         raise PayloadTooLarge(f"`{key}` has {n} items; at most {limit} per request (server.max_texts)", param=key)
+
+
+def check_inputs(call: Call[Any], key: str, items: list[Any]) -> list[Any]:
+    """A request's items (`key`) as its model's family reads them (families.InputKind), the one place their limits
+    are enforced: at most `server.max_texts` of them (413), each decoded into the family's row (an InputError naming
+    `key[i]` when it cannot be) and at most its size limit (413 naming it: a text's characters, else what its kind
+    declares)."""
+    kind = families.get(call.model.config.kind).inputs
+    check_count(call, key, len(items))
+    if kind.decode is None:         # text: the rows are the strings, their characters bounded
+        limit = char_limit(call)
+        for i, text in enumerate(items):
+            if len(text) > limit:
+                raise PayloadTooLarge(f"`{key}[{i}]` has {len(text)} characters; at most {limit} per text "
+                                      "(max_text_chars)", param=f"{key}[{i}]")
+        return items
+    decode, size = kind.decoder(), kind.sizer()
+    limit = kind.max_size if kind.max_size is not None else char_limit(call)
+    rows = []
+    for i, item in enumerate(items):
+        where = f"{key}[{i}]"
+        row = decode(item, where)
+        n = size(row)
+        if n > limit:
+            raise PayloadTooLarge(f"`{where}` has {n} {kind.unit}; at most {limit} per item (model kind "
+                                  f"{call.model.config.kind})", param=where)
+        rows.append(row)
+    return rows
 
 
 def char_limit(call: Call[Any]) -> int:

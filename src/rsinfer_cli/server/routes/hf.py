@@ -12,7 +12,7 @@ from aiohttp import web
 from ... import families
 from ...errors import InputError
 from ..schemas import HfRequest
-from .common import STATE, Call, decode
+from .common import RECORD, STATE, Call, decode
 
 routes = web.RouteTableDef()
 
@@ -31,7 +31,7 @@ async def _answer(request: web.Request, name: str) -> web.Response:
         served = ", ".join(f.kind for f in families.all_families() if f.hf_task is not None)
         raise InputError(f"model '{name}' is a {kind} model; the Hugging Face task routes serve {served} models",
                          param="model")
-    call = Call(state, decode(await request.read(), HfRequest), state.registry.get(name, kind))
+    call = Call(state, decode(await request.read(), HfRequest), state.registry.get(name, kind), request[RECORD])
     response: web.Response = await task(call, call.req.inputs, call.req.parameters or {})
     return response
 

@@ -15,12 +15,13 @@ from ...engine.model import LoadedModel
 from ...engine.session import TensorInfo
 from ...errors import InputError
 from ...jsonio import encode
-from ...pipelines.tensor import TensorPipeline, TensorResult, datatype_of, kserve_shape, platform, tensor_metadata
+from ...pipelines.tensor import TensorPipeline, TensorResult, kserve_shape, platform, tensor_metadata
+from ...wire import datatype_of
 from ..kserve import codec
 from ..kserve import extensions as ext
 from ..schemas import KServeError, Model, Op, Request, Response
 from ..state import ServerState
-from .common import STATE, decode, json_response
+from .common import RECORD, STATE, decode, json_response
 
 # ---------------------------------------------------------------- request and response bodies
 
@@ -224,11 +225,11 @@ def metadata(state: ServerState, m: LoadedModel) -> KServeModelMetadata:
                                outputs=[KServeTensorMeta(**t) for t in tensor_metadata(g.outputs)])
 
 
-async def infer(state: ServerState, m: LoadedModel, tensors: dict[str, Any],
+async def infer(request: web.Request, state: ServerState, m: LoadedModel, tensors: dict[str, Any],
                 outputs: list[str] | None = None) -> TensorResult:
     pipe = state.pipelines[m.key]
     assert isinstance(pipe, TensorPipeline)
-    return await state.core.infer(m, pipe.plan, tensors, outputs)
+    return await state.core.infer(request[RECORD], m, pipe.plan, tensors, outputs)
 
 
 # ---------------------------------------------------------------- KServe v2 REST
@@ -250,7 +251,7 @@ async def kserve_infer(request: web.Request) -> web.Response:
     body, tail = codec.parse_infer_body(await request.read(), header_length)
     tensors = codec.decode_inputs(body, tail, pipe.check_datatype)
     names, binary, binary_default = codec.requested_outputs(body)
-    result: TensorResult = await state.core.infer(m, pipe.plan, tensors, names)
+    result: TensorResult = await state.core.infer(request[RECORD], m, pipe.plan, tensors, names)
     items, chunks = codec.encode_outputs(result.outputs, binary, binary_default and names is None)
     head = encode(KServeInferResponse(model_name=m.name, model_version=m.version or "1", outputs=items,
                                       id=body.get("id")))
@@ -418,7 +419,7 @@ async def inferstack_infer(request: web.Request) -> web.Response:
             tensors[k] = _array(k, info.dtype, v)
     else:
         tensors = _legacy_tensor(pipe, req.input, "input")
-    result = await infer(state, m, tensors)
+    result = await infer(request, state, m, tensors)
     outputs = _named(result)
     return json_response(InferstackResponse(output=next(iter(outputs.values())), outputs=outputs,
                                             model_version=m.version or "1"))
@@ -437,7 +438,7 @@ async def inferstack_batch(request: web.Request) -> web.Response:
         raise InputError(f"`input` has {len(items)} items; at most {pipe.max_batch_size} (max_batch_size)",
                          param="input")
     tensors = _legacy_tensor(pipe, items, "input")
-    result = await infer(state, m, tensors)
+    result = await infer(request, state, m, tensors)
     per_item = [{k: v[i].tolist() for k, v in result.outputs.items()} for i in range(len(items))]
     return json_response(InferstackResponse(output=[next(iter(o.values())) for o in per_item], outputs=per_item,
                                             model_version=m.version or "1"))
