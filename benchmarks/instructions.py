@@ -36,7 +36,7 @@ from _serve import write_results
 from batching import ROOT, machine
 from grpc_floor import SERVER as GRPC_SERVER
 from http_floor import ADD, SERVER
-from overhead import kserve_json
+from overhead import _post, kserve_json
 
 WARM = 300
 VALGRIND_SLOWDOWN = 1000     # > callgrind's slow-down of Python (~50-100x)
@@ -57,6 +57,11 @@ GRPC_VARIANTS = {     # the same for a gRPC call's handler
     "rsinfer without its histograms": ("grpc-rsinfer", "histograms"),
     "rsinfer without the inference core": ("grpc-rsinfer", "core"),
 }
+EMBED_VARIANTS = {     # OpenAI's /v1/embeddings on a tiny sentence-transformers folder (tokenize, forward, pooling)
+    "harness alone (taken off every row)": ("empty", ""),
+    "rsinfer /v1/embeddings, the defaults": ("embed-rsinfer", ""),
+}
+TINY_ST = ROOT.parent / "tests" / "fixtures" / "st-cls-dense"
 
 
 class Sink(asyncio.Transport):
@@ -134,12 +139,12 @@ class CallContext:
         self.trailing = metadata
 
 
-def rsinfer_app(without: str) -> Any:
+def rsinfer_app(without: str, model: dict[str, Any] | None = None) -> Any:
     """rsinfer's app as `rsinfer serve` builds it, on add_one with the defaults, its log on a stderr that goes
     nowhere (as journald would take it), one feature patched out when `without` names it."""
     from rsinfer_cli.config import parse_config
-    from rsinfer_cli.engine import scheduler
     from rsinfer_cli.engine.registry import Registry
+    from rsinfer_cli.engine.scheduler import learner
     from rsinfer_cli.runtime import Runtime
     from rsinfer_cli.server import app as server_app
     from rsinfer_cli.server import logs, metrics
@@ -152,9 +157,9 @@ def rsinfer_app(without: str) -> Any:
     elif without == "timing":
         server_app.timing_headers = lambda headers, stats, total_s: None
     elif without == "core":      # no queue, lanes, timing record or request metrics: what the pipeline itself does
-        from rsinfer_cli.pipelines.infer import Inference
+        from rsinfer_cli.runtime.core import Inference
 
-        async def bare(self: Any, model: Any, plan: Any, *args: Any, **kwargs: Any) -> Any:
+        async def bare(self: Any, record: Any, model: Any, plan: Any, *args: Any, **kwargs: Any) -> Any:
             work = plan(*args, **kwargs)
             return work.finish(self.pipelines[model.key].forward(model.sessions[0], work.rows))
 
@@ -163,10 +168,11 @@ def rsinfer_app(without: str) -> Any:
     # `INLINE_FORWARD_S` (run on the event loop, as `rsinfer serve` runs them), but valgrind makes them ~50x
     # slower, which would send every request to a worker thread. Its thresholds are scaled by the same kind of
     # factor (constants: no instruction of a request changes), and `child` checks the path after the count
-    scheduler.INLINE_FORWARD_S *= VALGRIND_SLOWDOWN
-    scheduler.LONE_FORWARD_S *= VALGRIND_SLOWDOWN
-    scheduler.SPIKE_S *= VALGRIND_SLOWDOWN
-    cfg = parse_config({"models": [{"name": "add", "kind": "tensor", "path": str(ADD)}]})
+    t = learner.TUNABLES
+    learner.TUNABLES = learner.Tunables(inline_forward_s=t.inline_forward_s * VALGRIND_SLOWDOWN,
+                                        spike_s=t.spike_s * VALGRIND_SLOWDOWN,
+                                        lone_forward_s=t.lone_forward_s * VALGRIND_SLOWDOWN)
+    cfg = parse_config({"models": [model or {"name": "add", "kind": "tensor", "path": str(ADD)}]})
     registry = Registry.load(cfg)
 
     async def build() -> Any:
@@ -183,6 +189,8 @@ def child(server: str, without: str, n: int) -> None:
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
     request = kserve_json("127.0.0.1", 1)[0]
+    if server == "embed-rsinfer":
+        request = _post("127.0.0.1", "/v1/embeddings", b'{"model":"e","input":"hello world"}')
     if server == "empty":
         def step(i: int) -> int:
             loop.run_until_complete(asyncio.sleep(0))
@@ -196,7 +204,8 @@ def child(server: str, without: str, n: int) -> None:
         else:                      # as `rsinfer serve` does (its request dispatch, handler cancellation)
             from rsinfer_cli.server.run import app_runner
 
-            app = rsinfer_app(without)
+            embed = {"name": "e", "kind": "embedding", "path": str(TINY_ST)} if server == "embed-rsinfer" else None
+            app = rsinfer_app(without, embed)
             APP.append(app)
             runner = loop.run_until_complete(app_runner(app, 5.0))
         sink = Sink()
@@ -218,11 +227,10 @@ def child(server: str, without: str, n: int) -> None:
         step(i)
     sorted(range(n), key=step)
     if server in ("rsinfer", "grpc-rsinfer") and without != "core":
-        from rsinfer_cli.engine.scheduler import INLINE_FORWARD_S
         from rsinfer_cli.server.routes.common import STATE
 
         (queue,) = APP[0][STATE].runtime.queues.values()   # its forwards measured tiny: each ran on the loop
-        if not (queue.now() and queue._forward_s < INLINE_FORWARD_S):
+        if not (queue.now() and queue.learner.forward_s < queue.learner.t.inline_forward_s):
             print("rsinfer's requests did not run on the event loop as `rsinfer serve` runs add_one's: the count is "
                   "not the served path's", flush=True)      # (stderr went to /dev/null with the log)
             raise SystemExit(1)
@@ -286,14 +294,20 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
     parser.add_argument("--requests", type=int, default=400, help="requests counted per variant")
     parser.add_argument("--jobs", type=int, default=2, help="variants counted at once")
+    parser.add_argument("--defaults", action="store_true",
+                        help="count only the harness and rsinfer's defaults, print them, write nothing (before/after)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
-    every = [*VARIANTS.values(), *GRPC_VARIANTS.values()]
+    if args.defaults:
+        return defaults_only(args.requests, args.jobs)
+    every = [*VARIANTS.values(), *GRPC_VARIANTS.values(), *EMBED_VARIANTS.values()]
     with ThreadPoolExecutor(args.jobs) as pool:
         found = list(pool.map(lambda v: count(*v, args.requests), every))
     counts = dict(zip(VARIANTS, found[:len(VARIANTS)], strict=True))
-    grpc_counts = dict(zip(GRPC_VARIANTS, found[len(VARIANTS):], strict=True))
+    grpc_counts = dict(zip(GRPC_VARIANTS, found[len(VARIANTS):len(VARIANTS) + len(GRPC_VARIANTS)], strict=True))
+    embed = dict(zip(EMBED_VARIANTS, found[len(VARIANTS) + len(GRPC_VARIANTS):], strict=True))
+    embed_n = embed["rsinfer /v1/embeddings, the defaults"] - embed["harness alone (taken off every row)"]
     lines = ["", "## Instructions per request (`instructions.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/instructions.py` (valgrind's callgrind, "
              f"{args.requests} KServe JSON add_one requests per row after a warm-up of {WARM}, the whole HTTP path "
@@ -306,11 +320,27 @@ def main() -> int:
              f"{args.requests} calls per row: the servicer's coroutine from the decoded request to its answer "
              "(grpc.aio's Cython layer and C core around it, the same for both, are not counted):", "",
              *table(grpc_counts, "handler", "call"), "",
+             f"OpenAI's `/v1/embeddings`, one short text to a tiny sentence-transformers folder "
+             f"(`tests/fixtures/st-cls-dense`: tokenize, forward, CLS pooling, two Dense layers), {args.requests} "
+             f"requests: {embed_n:,} instructions a request (the harness's taken off).", "",
              f"The harness alone: {counts[next(iter(VARIANTS))]:,} instructions a request, "
              f"{grpc_counts[next(iter(GRPC_VARIANTS))]:,} a gRPC call. Two runs of the script agree to about 1 % "
              "a row (up to ~6,000 instructions: the log's 50 ms writes and the deadline sweep follow the clock), "
              "which is the precision of a feature's cost."]
     return write_results(args.out, lines)
+
+
+def defaults_only(n: int, jobs: int) -> int:
+    """The defaults of KServe JSON, gRPC and /v1/embeddings, the harness's taken off: a before/after of one change."""
+    rows = {"KServe JSON": (("empty", ""), ("rsinfer", "")),
+            "KServe gRPC": (("grpc-empty", ""), ("grpc-rsinfer", "")),
+            "/v1/embeddings": (("empty", ""), ("embed-rsinfer", ""))}
+    every = [v for pair in rows.values() for v in pair]
+    with ThreadPoolExecutor(jobs) as pool:
+        found = list(pool.map(lambda v: count(*v, n), every))
+    for k, name in enumerate(rows):
+        print(f"{name}: {found[2 * k + 1] - found[2 * k]:,} instructions a request", flush=True)
+    return 0
 
 
 def table(counts: dict[str, int], what: str, per: str) -> list[str]:
