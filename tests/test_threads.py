@@ -476,7 +476,7 @@ def test_a_lone_small_request_runs_on_the_event_loop(tmp_path):
     requests that arrive together, keep the hop (and batch)."""
     import httpx
 
-    from rsinfer_cli.runtime.record import record_of
+    from rsinfer_cli.runtime.record import RequestRecord
 
     from serverutil import ServerThread
 
@@ -507,7 +507,8 @@ def test_a_lone_small_request_runs_on_the_event_loop(tmp_path):
 
         async def together(n: int) -> list:
             async def one(i: int):
-                record = record_of(60)                             # as the middleware makes it
+                record = RequestRecord()
+                record.body_bytes = 60                             # as the middleware makes it
                 return await srv.state.core.infer(record, pipe.model, pipe.plan, [f"query number {i}"], None)
             return await asyncio.gather(*(one(i) for i in range(n)))
 

@@ -109,10 +109,6 @@ class InputKind:
     size: Part[Callable[[Any], int]] | None = None            # None: len()
     max_size: int | None = None                               # None: max_text_chars
 
-    @property
-    def text(self) -> bool:
-        return self.decode is None
-
     def decoder(self) -> Callable[[Any, str], Any]:
         return (lambda item, where: item) if self.decode is None else load(self.decode)
 

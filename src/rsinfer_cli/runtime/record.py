@@ -78,10 +78,3 @@ class RequestRecord:
 LOGGED = ("body_bytes", "model", "cache", "rows", "queue_ms", "inference_ms", "postprocess_ms")
 # every field of the record (an access line, a span or a header may carry)
 FIELDS = (*LOGGED, "t_tokenize", "t_queue", "t_forward")
-
-
-def record_of(body_bytes: int | None) -> RequestRecord:
-    """A record that knows its body's size (for callers outside the hot path: tests, tools)."""
-    record = RequestRecord()
-    record.body_bytes = body_bytes
-    return record

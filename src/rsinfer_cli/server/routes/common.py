@@ -107,8 +107,6 @@ async def begin(request: web.Request, kind: str, schema: type[Q], named: bool = 
 
 def check_count(call: Call[Any], key: str, n: int) -> None:
     """At most `server.max_texts` texts in one request's `key` (else 413 naming the limit)."""
-    from ...errors import PayloadTooLarge
-
     limit = call.state.config.server.max_texts
     if n > limit:
         raise PayloadTooLarge(f"`{key}` has {n} items; at most {limit} per request (server.max_texts)", param=key)
@@ -150,8 +148,6 @@ def char_limit(call: Call[Any]) -> int:
 def check_chars(call: Call[Any], key: str, texts: list[str] | str | None) -> None:
     """Every text at most `max_text_chars` characters (the model's, else the server's), else 413 naming the limit;
     checked before any tokenizing."""
-    from ...errors import PayloadTooLarge
-
     if texts is None:
         return
     limit = char_limit(call)
@@ -167,8 +163,6 @@ def check_copied(call: Call[Any], key: str, chars: int, texts: int) -> None:
     assertion) is tokenized that many times: the copies may come to at most what one body may carry
     (server.max_body_mb, as characters). A 1 MB prompt on 256 texts was 256 MB of tokenizing from a 1 MB body (413
     naming `key`)."""
-    from ...errors import PayloadTooLarge
-
     cap = int(call.state.config.server.max_body_mb * 2**20)
     if chars * texts > cap:
         raise PayloadTooLarge(f"`{key}` ({chars} characters) goes with each of {texts} texts: {chars * texts} "
@@ -178,8 +172,6 @@ def check_copied(call: Call[Any], key: str, chars: int, texts: int) -> None:
 def check_prompt(call: Call[Any], prompt: str | None, texts: list[str] | None) -> None:
     """A request's `prompt` is put before each of its texts: it counts toward each text's `max_text_chars`, and its
     copies toward the body's size (check_copied); 413 naming `prompt`."""
-    from ...errors import PayloadTooLarge
-
     if not prompt or not texts:
         return
     limit = char_limit(call)
