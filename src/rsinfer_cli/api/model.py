@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..errors import ConfigError, InputError
@@ -14,8 +15,9 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..pipelines.base import RowPipeline
-    from ..pipelines.pii import Entity, Redacted
+    from ..pipelines.pii import Entity, PiiPipeline, Redacted
     from ..pipelines.pii_rules import Rules
+    from ..pipelines.records import Planned, Policy
     from ..pipelines.zeroshot import TrueFalse, ZeroShot
     from ..runtime import Runtime
 
@@ -40,6 +42,13 @@ class Ranked:
 class Label(NamedTuple):
     label: str
     score: float
+
+
+class RedactedRecord(NamedTuple):
+    """A redacted record and, per changed path, where each span was and what stands there now."""
+
+    record: dict[str, Any]
+    spans: dict[str, list[Redacted]]
 
 
 class RedactedText(NamedTuple):
@@ -275,22 +284,66 @@ class Model:
     def redact(self, texts: Sequence[str], *, mode: str = "mask", mask_char: str = "*",
                replacement: str | None = None, threshold: float | None = None, types: Sequence[str] | None = None,
                salt: bytes | str | None = None, patterns: Sequence[Mapping[str, Any]] | None = None,
-               allow: Sequence[str] | None = None,
-               deny: Mapping[str, Sequence[str]] | None = None, rules: Rules | None = None) -> list[RedactedText]:
+               allow: Sequence[str] | None = None, deny: Mapping[str, Sequence[str]] | None = None,
+               rules: Rules | None = None, key: bytes | None = None) -> list[RedactedText]:
         """Each text with its PII replaced: mode mask (`mask_char` per character), remove, replace (`replacement`,
-        default '<{type}>') or hash (salted sha256; `salt`, default the model's). A redaction that cannot cover
-        its text raises; it never returns a text with a found value left in it."""
+        default '<{type}>'), hash (salted sha256; `salt`, default the model's), pseudonym (keyed HMAC, the same
+        token for the same value everywhere; `key`, default the model entry's pii_pseudonym_key_file or
+        $RSINFER_PSEUDONYM_KEY) or numbered (`<PERSON_1>`, in order of first appearance in each text). A redaction
+        that cannot cover its text raises; it never returns a text with a found value left in it."""
         from ..pipelines.pii import PiiPipeline
 
         pipe = self._as(PiiPipeline, "redact")
         rules = rules if rules is not None else pii_rules(patterns, allow, deny)
-        key = salt.encode("utf-8") if isinstance(salt, str) else salt
+        salt_bytes = _salt(salt)
         out: list[RedactedText] = []
         for chunk in self._chunks(texts):
             res = self._run(pipe.plan_redact, chunk, mode=mode, mask_char=mask_char, replacement=replacement,
-                            threshold=threshold, types=_types(types), salt=key, rules=rules)
+                            threshold=threshold, types=_types(types), salt=salt_bytes, rules=rules, key=key)
             out += [RedactedText(t, spans) for t, spans in zip(res.texts, res.spans, strict=True)]
         return out
+
+    def redact_records(self, records: Sequence[Any], policy: Policy | Mapping[str, Any] | str | Path, *,
+                       mode: str = "mask", mask_char: str = "*", replacement: str | None = None,
+                       salt: bytes | str | None = None, key: bytes | None = None,
+                       rules: Rules | None = None) -> list[RedactedRecord]:
+        """Each JSON record (a dict) redacted by a record policy (pipelines/records.py: a Policy, its mapping or a
+        YAML file): fields kept, scanned, redacted whole or dropped as declared, every other byte as it was. The
+        records given are not changed; numbered mode counts afresh in each record."""
+        import copy
+
+        from ..pipelines.pii import PiiPipeline
+
+        pipe = self._as(PiiPipeline, "redact_records")
+        replacer = pipe.replacer(mode, mask_char, replacement, _salt(salt), key)
+        planned = self._planned(pipe, copy.deepcopy(list(records)), policy, rules)
+        found = self.found_in(planned, rules)
+        return [RedactedRecord(r, spans) for r, spans in planned.redact(found, replacer)]
+
+    def detect_records(self, records: Sequence[Any], policy: Policy | Mapping[str, Any] | str | Path, *,
+                       rules: Rules | None = None) -> list[dict[str, list[Entity]]]:
+        """What a record policy finds in each record: path → entities (a value declared whole: itself, whole)."""
+        from ..pipelines.pii import PiiPipeline
+
+        planned = self._planned(self._as(PiiPipeline, "detect_records"), records, policy, rules)
+        return [spans for _, spans in planned.detect(self.found_in(planned, rules))]
+
+    def _planned(self, pipe: PiiPipeline, records: Sequence[Any], policy: Policy | Mapping[str, Any] | str | Path,
+                 rules: Rules | None) -> Planned:
+        from ..pipelines.records import Policy
+
+        if not isinstance(policy, Policy):
+            policy = Policy.load(policy) if isinstance(policy, (str, Path)) else Policy.of(policy)
+        policy.check_types([*pipe.types, *(rules.types if rules is not None else ())])
+        for i, record in enumerate(records):
+            if not isinstance(record, dict):
+                raise InputError(f"`records[{i}]` is {type(record).__name__}, not an object", param="records")
+        return policy.plan(records, lambda i: f"records[{i}]")
+
+    def found_in(self, planned: Planned, rules: Rules | None) -> dict[tuple[Any, ...], list[list[Entity]]]:
+        """The entities of each group of texts a plan asks to scan."""
+        return {group: self.detect(texts, threshold=group[1], types=group[0], rules=rules)
+                for group, texts in planned.texts.items()}
 
     # ------------------------------------------------------------------ lifetime
 
@@ -308,6 +361,10 @@ class Model:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _salt(salt: bytes | str | None) -> bytes | None:
+    return salt.encode("utf-8") if isinstance(salt, str) else salt
 
 
 def _types(types: Sequence[str] | str | None) -> tuple[str, ...] | None:

@@ -26,6 +26,8 @@ Examples:
   kubectl logs app | rsinfer redact --path models/rampart-pii --plain --mode mask
 
   rsinfer redact --path models/rampart-pii --input tickets.parquet --column body --output clean.parquet
+
+  rsinfer redact --path models/rampart-pii --policy policy.yaml --mode pseudonym --key-file pii.key < in.jsonl
 """
 
 DETECT_EXAMPLES = """
@@ -58,6 +60,7 @@ class Item:
     texts: list[tuple[str, str]] = field(default_factory=list)   # (field path, text)
     passthrough: bool = False                        # written back exactly as read (`raw`)
     raw: str = ""
+    where: str = ""                                  # --policy: the file and line, for its errors
 
 
 def _field_texts(record: dict[str, Any], fields: list[str], where: str,
@@ -103,18 +106,21 @@ class Run:
     salt: bytes | None = None
     batch_lines: int = 256
     rules: Any = None            # --patterns / --allow: pii_rules.Rules beside the model entry's own
+    policy: Any = None           # --policy: records.Policy (instead of --field)
+    key: bytes | None = None     # --key-file: mode pseudonym's key
 
     def check(self) -> None:
         """Each flag's own rule, before any model loads (ConfigError naming the flag)."""
         from ..errors import ConfigError
-        from ..pipelines.pii import MODES
+        from ..pipelines.replacer import MODES
 
         rules = (
             (self.on_error in ON_ERROR, f"--on-error must be one of {', '.join(ON_ERROR)}, got '{self.on_error}'"),
             (not self.redacting or self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got '{self.mode}'"),
             (len(self.mask_char) == 1, f"--mask-char must be exactly one character, got {self.mask_char!r}"),
-            (self.replacement is None or "{type}" in self.replacement,
+            (self.replacement is None or self.mode != "replace" or "{type}" in self.replacement,
              "--replacement must contain {type}, e.g. '<{type}>'"),
+            (not (self.plain and self.policy is not None), "--policy needs JSONL records, not --plain lines"),
             (not (self.plain and self.spans and self.redacting),
              "--spans needs JSONL records; with --plain use `rsinfer detect --plain`"),
             (self.batch_lines >= 1, f"--batch-lines must be >= 1, got {self.batch_lines}"),
@@ -163,6 +169,8 @@ def _run(run: Run, input_: Path | None, source: ModelFlags, regions: tuple[str, 
 
     run.check()
     if table is not None and wants_table(input_, table.output):
+        if run.policy is not None:
+            raise ConfigError("--policy redacts JSONL records; a table's columns are --column")
         table_command(PiiPipeline.kind, source, table.job(run), input_, table.output,
                       flags={"pii_regions": "--regions"}, pii_regions=regions)
         return
@@ -173,6 +181,8 @@ def _run(run: Run, input_: Path | None, source: ModelFlags, regions: tuple[str, 
     unknown = sorted(set(run.types or ()) - set(pipe.types) - set(run.rules.types if run.rules else ()))
     if unknown:
         raise ConfigError(f"--types: the model has no {', '.join(unknown)} (it has {', '.join(pipe.types)})")
+    if run.policy is not None:
+        run.policy.check_types([*pipe.types, *(run.rules.types if run.rules else ())], "--policy")
     if run.redacting and run.mode == "hash" and run.salt is None and pipe.salt_source.startswith("random"):
         print("rsinfer: note: no hash salt configured (--hash-salt or pii_hash_salt); hashes differ between runs",
               file=sys.stderr)
@@ -182,12 +192,12 @@ def _run(run: Run, input_: Path | None, source: ModelFlags, regions: tuple[str, 
     while True:
         try:
             item = next(items, None)
+            if item is None:
+                break
+            out.add(item)
         except InputError:
             out.flush()              # everything before the bad line is written, in order
             raise
-        if item is None:
-            break
-        out.add(item)
     out.flush()
     malformed.report()
 
@@ -220,6 +230,8 @@ def _record(lineno: int, line: str, name: str, raw: str, run: Run, malformed: _M
             raise
         malformed.note(lineno, exc, kept=run.on_error == "keep")
         return Item(lineno, line, passthrough=True, raw=raw) if run.on_error == "keep" else None
+    if run.policy is not None:
+        return Item(lineno, line, record, where=f"{name}: line {lineno}")
     return Item(lineno, line, record, _field_texts(record, list(run.fields), f"{name}: line {lineno}",
                                                    run.allow_missing))
 
@@ -252,19 +264,46 @@ class _Output:
     def __init__(self, model: Model, run: Run) -> None:
         self.model, self.run = model, run
         self.pending: list[Item] = []
+        self.planned = run.policy.plan([], str) if run.policy is not None else None
+        pipe: Any = model.pipeline           # a PiiPipeline (_run checked)
+        self.replacer = pipe.replacer(run.mode, run.mask_char, run.replacement, run.salt, run.key) \
+            if run.redacting and run.policy is not None else None
 
     def add(self, item: Item) -> None:
+        if self.planned is not None and item.record is not None and not item.passthrough:
+            self.planned.add(item.record, item.where)     # a required path missing: an error naming the line
         self.pending.append(item)
         if len(self.pending) >= self.run.batch_lines:
             self.flush()
 
     def flush(self) -> None:
+        if self.planned is not None:
+            self._flush_records(self.planned)
+            return
         new, shown = self._answer([t for it in self.pending for _, t in it.texts])
         k = 0
         for it in self.pending:
             k = self._write(it, new, shown, k)
         sys.stdout.flush()
         self.pending.clear()
+
+    def _flush_records(self, planned: Any) -> None:
+        """The pending records redacted (or scanned) by the policy, written in order with the lines kept as read."""
+        from .io import write_jsonl
+
+        found = self.model.found_in(planned, self.run.rules)
+        done = iter(planned.redact(found, self.replacer) if self.replacer is not None else planned.detect(found))
+        for it in self.pending:
+            if it.passthrough:
+                sys.stdout.write(it.raw)
+                continue
+            record, spans = next(done)
+            if self.run.spans or not self.run.redacting:
+                record[SPANS_KEY] = {path: [e.to_json() for e in ents] for path, ents in spans.items()}
+            write_jsonl(record)
+        sys.stdout.flush()
+        self.pending.clear()
+        planned.clear()
 
     def _answer(self, texts: list[str]) -> tuple[list[str], list[list[dict[str, Any]]]]:
         """Each text's new value and its spans (--spans shows where each value was and what replaced it, never the
@@ -274,7 +313,7 @@ class _Output:
             return [], []
         if run.redacting:
             done = model.redact(texts, mode=run.mode, mask_char=run.mask_char, replacement=run.replacement,
-                                threshold=run.threshold, types=run.types, salt=run.salt, rules=run.rules)
+                                threshold=run.threshold, types=run.types, salt=run.salt, rules=run.rules, key=run.key)
             return [d.text for d in done], [[e.to_json() for e in d.spans] for d in done]
         found = model.detect(texts, threshold=run.threshold, types=run.types, rules=run.rules)
         return texts, [[e.to_json() for e in ents] for ents in found]
@@ -354,6 +393,27 @@ def _rules(patterns: Path | None, allow: Path | None) -> Any:
 PATTERNS_OPT = typer.Option(None, "--patterns", help="YAML or JSON file: a list of pattern recognizers "
                             "({entity_type, regex, name, validator, context, score}, as pii_patterns).")
 ALLOW_OPT = typer.Option(None, "--allow", help="File of values never redacted, one a line (any case).")
+POLICY_OPT = typer.Option(None, "--policy", help="YAML record policy: which fields (JSON paths with [*] and *) are "
+                          "kept, scanned, redacted whole or dropped (docs: Redacting records); instead of --field.")
+
+
+def _policy(policy: Path | None, fields: list[str] | None) -> Any:
+    if policy is None:
+        return None
+    from ..errors import ConfigError
+    from ..pipelines.records import Policy
+
+    if fields:
+        raise ConfigError("--policy names the fields itself: drop --field")
+    return Policy.load(policy)
+
+
+def _key(key_file: Path | None) -> bytes | None:
+    if key_file is None:
+        return None
+    from ..pipelines.pseudonym import read_key_file
+
+    return read_key_file(key_file, f"--key-file {key_file}")
 
 
 def _regions(value: str | None) -> tuple[str, ...] | None:
@@ -365,9 +425,15 @@ def redact_cmd(
     input_: Path = INPUT_LINES_OPT,
     fields: list[str] = typer.Option(None, "--field", "-f", help="Field to redact (dotted path; repeatable)."),
     plain: bool = PLAIN_OPT,
-    mode: str = typer.Option("mask", "--mode", help="mask, remove, replace (<TYPE>) or hash (salted sha256)."),
+    mode: str = typer.Option("mask", "--mode", help="mask, remove, replace (<TYPE>), hash (salted sha256), "
+                             "pseudonym (keyed: the same value the same token in every run) or numbered "
+                             "(<PERSON_1> in order of appearance, per record)."),
     mask_char: str = typer.Option("*", "--mask-char", help="The character that replaces each masked one."),
-    replacement: str = typer.Option(None, "--replacement", help="Template for --mode replace, e.g. '[{type}]'."),
+    replacement: str = typer.Option(None, "--replacement", help="Template for --mode replace ('[{type}]'), "
+                                    "pseudonym ('<{type}_{hash}>', also {key_id}) or numbered ('<{type}_{n}>')."),
+    policy: Path = POLICY_OPT,
+    key_file: Path = typer.Option(None, "--key-file", help="--mode pseudonym's key: a file of at least 128 bits, hex "
+                                  "or base64 (default: the model's pii_pseudonym_key_file, $RSINFER_PSEUDONYM_KEY)."),
     threshold: float = THRESHOLD_OPT,
     types: str = TYPES_OPT,
     regions: str = REGIONS_OPT,
@@ -389,7 +455,7 @@ def redact_cmd(
               allow_missing=allow_missing, mode=mode, mask_char=mask_char, replacement=replacement,
               threshold=threshold, types=_types(types), spans=spans,
               salt=hash_salt.encode("utf-8") if hash_salt else None, batch_lines=batch_lines,
-              rules=_rules(patterns, allow))
+              rules=_rules(patterns, allow), policy=_policy(policy, fields), key=_key(key_file))
     _run(run, input_, source, _regions(regions), Table(output, column, error_column))
 
 
@@ -404,6 +470,7 @@ def detect_cmd(
     on_error: str = ON_ERROR_OPT,
     allow_missing: bool = ALLOW_MISSING_OPT,
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines scanned together (memory stays bounded)."),
+    policy: Path = POLICY_OPT,
     patterns: Path = PATTERNS_OPT,
     allow: Path = ALLOW_OPT,
     output: Path = TABLE_OUTPUT_OPT,
@@ -413,7 +480,7 @@ def detect_cmd(
 ) -> None:
     run = Run(redacting=False, fields=tuple(fields or ("text",)), plain=plain, on_error=on_error,
               allow_missing=allow_missing, threshold=threshold, types=_types(types), batch_lines=batch_lines,
-              rules=_rules(patterns, allow))
+              rules=_rules(patterns, allow), policy=_policy(policy, fields))
     _run(run, input_, source, _regions(regions), Table(output, column, error_column))
 
 

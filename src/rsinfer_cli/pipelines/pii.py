@@ -7,7 +7,6 @@ the first window escapes. Nothing here logs a text or a span.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 import time
@@ -21,15 +20,15 @@ import numpy as np
 from ..config import opt
 from ..engine.cancel import checkpoint
 from ..engine.model import LoadedModel
-from ..errors import InputError, ModelLoadError, PayloadTooLarge
+from ..errors import ConfigError, InputError, ModelLoadError, PayloadTooLarge
 from .base import LOGIT_OUTPUTS, Array, Timed, Timing, Work, id2label, pick_output, softmax
 from .pii_rules import Found, Pattern, PatternSpec, Rules
+from .pseudonym import Pseudonyms, key_from
 from .recognizers import DEFAULT_RECOGNIZERS, ID_REGIONS, RECOGNIZERS, check_regions, recognize, scan
 from .recognizers import TYPES as RECOGNIZED
+from .replacer import Replacer
 from .spans import EVERY, Containers, Taken
 from .text import Encoded, TextPipeline, encode_batch
-
-MODES = ("mask", "remove", "replace", "hash")
 
 
 @dataclass(frozen=True)
@@ -406,31 +405,14 @@ def resolve_overlaps(entities: Sequence[Entity]) -> list[Entity]:
 def redact(text: str, entities: Sequence[Entity], mode: str = "mask", mask_char: str = "*",
            replacement: str | None = None, salt: bytes = b"") -> str:
     """The text with every (overlap-resolved) entity masked, removed, replaced by `<TYPE>` or hashed."""
-    return redact_spans(text, entities, mode, mask_char, replacement, salt)[0]
+    return redact_spans(text, entities, Replacer(mode, mask_char, replacement, salt))[0]
 
 
-def redact_spans(text: str, entities: Sequence[Entity], mode: str = "mask", mask_char: str = "*",
-                 replacement: str | None = None, salt: bytes = b"") -> tuple[str, list[Redacted]]:
+def redact_spans(text: str, entities: Sequence[Entity], replacer: Replacer) -> tuple[str, list[Redacted]]:
     """(the redacted text, each applied span with its replacement and where that sits in the redacted text).
     Spans inside a larger one are covered by it and not listed on their own."""
-    if mode not in MODES:
-        raise InputError(f"unknown redact mode '{mode}' (one of {', '.join(MODES)})", param="mode")
-    if len(mask_char) != 1:
-        raise InputError("`mask_char` must be a single character", param="mask_char")
-    if replacement is not None and len(replacement) > MAX_REPLACEMENT_CHARS:
-        raise InputError(f"`replacement` has {len(replacement)} characters; at most {MAX_REPLACEMENT_CHARS}",
-                         param="replacement")
-
-    def new_value(e: Entity, value: str) -> str:
-        if mode == "mask":
-            return mask_char * len(value)
-        if mode == "replace":
-            return (replacement or "<{type}>").replace("{type}", e.entity_type)
-        if mode == "hash":
-            return hashlib.sha256(salt + value.encode("utf-8")).hexdigest()[:16]
-        return ""
-
-    out, done = rewrite(text, entities, new_value, "replacement" if mode == "replace" else "mode")
+    out, done = rewrite(text, entities, lambda e, value: replacer(e.entity_type, value),
+                        "replacement" if replacer.mode in ("replace", "pseudonym", "numbered") else "mode")
     return out, [Redacted(e.entity_type, e.score, e.start, e.end, new, a, b) for e, new, a, b in done]
 
 
@@ -439,7 +421,6 @@ def redact_spans(text: str, entities: Sequence[Entity], mode: str = "mask", mask
 # one-letter spans with a 2 KB `replacement` was a 400 MB answer); past it, a 413 says so before the text is built
 ANSWER_GROWTH = 4
 ANSWER_SLACK = 4096
-MAX_REPLACEMENT_CHARS = 200     # a replacement template (`replacement`, Presidio's `new_value`)
 
 
 def answer_limit(text: str) -> int:
@@ -482,6 +463,13 @@ class PiiOptions:
     threshold: float = opt(0.5, ge=0, le=1)
     # the salt of `hash` mode; unset: random per process (equal values hash equal only within one)
     pii_hash_salt: str | None = None
+    # mode `pseudonym`'s key: a file holding at least 128 bits as hex or base64 (unset: $RSINFER_PSEUDONYM_KEY; the
+    # key is never logged nor answered)
+    pii_pseudonym_key_file: str | None = None
+    # how a pseudonym is written: {type}, {hash} (its first pii_pseudonym_width hex characters of the HMAC) and
+    # {key_id} (four hex characters naming the key, to tell tokens of a rotated key apart)
+    pii_pseudonym_template: str = "<{type}_{hash}>"
+    pii_pseudonym_width: int = opt(8, ge=4, le=64)
     # pattern recognizers beside the model, each validating what it finds; [] turns them off
     pii_recognizers: tuple[str, ...] = opt(DEFAULT_RECOGNIZERS, choices=RECOGNIZERS)
     pii_regions: tuple[str, ...] = ("US",)      # phone numbering plans and national-id schemes to recognise
@@ -565,12 +553,35 @@ class PiiPipeline(TextPipeline):
         self.salt_source = "pii_hash_salt" if opts.pii_hash_salt else \
             "random per process (set pii_hash_salt for stable hashes)"
         self.salt = opts.pii_hash_salt.encode("utf-8") if opts.pii_hash_salt else secrets.token_bytes(16)
+        try:
+            key = key_from(opts.pii_pseudonym_key_file, f"model '{cfg.name}': pii_pseudonym_key_file")
+            self.pseudonyms = None if key is None else Pseudonyms(key, opts.pii_pseudonym_template,
+                                                                  opts.pii_pseudonym_width, self.regions[0])
+        except ConfigError as exc:
+            raise ModelLoadError(exc.message, model=cfg.name) from None
+
+    def replacer(self, mode: str = "mask", mask_char: str = "*", replacement: str | None = None,
+                 salt: bytes | None = None, key: bytes | None = None) -> Replacer:
+        """A redaction's replacer (InputError naming a bad option): `salt` and `key` (a run's own, never a
+        request's) default to the model's."""
+        pseudonyms = self.pseudonyms
+        if key is not None:
+            template = pseudonyms.template if pseudonyms is not None else "<{type}_{hash}>"
+            width = pseudonyms.width if pseudonyms is not None else 8
+            try:
+                pseudonyms = Pseudonyms(key, template, width, self.regions[0])
+            except ConfigError as exc:
+                raise InputError(exc.message, param="key") from None
+        return Replacer(mode, mask_char, replacement, self.salt if salt is None else salt, pseudonyms,
+                        self.regions[0])
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "pii", "output": self.output, "labels": self.labels, "entity_types": self.types,
                 "threshold": self.threshold, "window_tokens": self.window, "window_overlap": self.overlap,
                 "recognizers": list(self.recognizers), "regions": list(self.regions), "merge": list(self.merge),
-                "hash_salt": self.salt_source, **({"rules": self.rules.describe()} if not self.rules.empty else {})}
+                "hash_salt": self.salt_source,
+                "pseudonym_key": f"set (key id {self.pseudonyms.key_id})" if self.pseudonyms else "unset",
+                **({"rules": self.rules.describe()} if not self.rules.empty else {})}
 
     def reduce(self, out: Array, mask: Array) -> Array:
         return softmax(out.astype(np.float32, copy=False))
@@ -668,19 +679,44 @@ class PiiPipeline(TextPipeline):
         return self.work(enc, lambda rows: Detection(self._entities(texts, per_text(rows), threshold, types, rules),
                                                      timing), timing)
 
+    def plan_detect_groups(self, groups: Sequence[tuple[Sequence[str], float | None, Sequence[str] | None]],
+                           rules: Rules | None = None) -> Work[Detection]:
+        """Several lists of texts, each with its own (threshold, types), in one request's work (a record policy's
+        fields): the entities of every text, group after group."""
+        timing = Timing()
+        parts = []
+        ids: list[list[int]] = []
+        type_ids: list[list[int]] = []
+        for texts, threshold, types in groups:
+            self.check_options(threshold, types, rules, texts)
+            enc, per_text = self.plan_probs(texts, timing)
+            parts.append((len(enc.ids), texts, threshold, types, per_text))
+            ids += enc.ids
+            type_ids += enc.type_ids or []
+
+        def finish(rows: list[Any]) -> Detection:
+            found: list[list[Entity]] = []
+            at = 0
+            for n, texts, threshold, types, per_text in parts:
+                found += self._entities(texts, per_text(rows[at:at + n]), threshold, types, rules)
+                at += n
+            return Detection(found, timing)
+
+        return self.work(Encoded(ids=ids, type_ids=type_ids), finish, timing)
+
     def plan_redact(self, texts: Sequence[str], *, mode: str = "mask", mask_char: str = "*",
                     replacement: str | None = None, threshold: float | None = None,
                     types: Sequence[str] | None = None, salt: bytes | None = None,
-                    rules: Rules | None = None) -> Work[Redaction]:
-        redact("", [], mode, mask_char, replacement)  # validate the options before any work
+                    rules: Rules | None = None, key: bytes | None = None) -> Work[Redaction]:
+        """Each text is a record of its own (numbered mode counts from 1 in each)."""
+        replacer = self.replacer(mode, mask_char, replacement, salt, key)  # the options checked before any work
         self.check_options(threshold, types, rules, texts)
-        key = self.salt if salt is None else salt
         timing = Timing()
         enc, per_text = self.plan_probs(texts, timing)
 
         def finish(rows: list[Any]) -> Redaction:
             det = Detection(self._entities(texts, per_text(rows), threshold, types, rules), timing)
-            done = [redact_spans(t, ents, mode, mask_char, replacement, key)
+            done = [redact_spans(t, ents, replacer.record())
                     for t, ents in zip(texts, det.entities, strict=True)]
             return Redaction([d[0] for d in done], det, [d[1] for d in done])
 

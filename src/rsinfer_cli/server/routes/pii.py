@@ -9,10 +9,11 @@ from typing import Annotated, Any, Literal
 from aiohttp import web
 from msgspec import Meta
 
-from ...errors import InputError
+from ...errors import ConfigError, InputError
 from ...pipelines import pii
 from ...pipelines.pii import PiiPipeline
 from ...pipelines.pii_rules import request_rules
+from ...pipelines.records import Policy
 from ..errors import RequestValidationError
 from ..schemas import Model, Op, Probability, Request, Response, Usage
 from . import presidio
@@ -38,9 +39,15 @@ class PiiRequest(Request):
 
 
 class RedactRequest(PiiRequest):
-    mode: Literal["mask", "remove", "replace", "hash", ""] | None = None
+    mode: Literal["mask", "remove", "replace", "hash", "pseudonym", "numbered", ""] | None = None
     mask_char: Annotated[str, Meta(min_length=1, max_length=1)] | None = None
-    replacement: Annotated[str | None, Meta(description="A template with {type}, e.g. <{type}>")] = None
+    replacement: Annotated[str | None, Meta(description="A template: replace <{type}>, pseudonym <{type}_{hash}>, "
+                                                        "numbered <{type}_{n}>")] = None
+    records: Annotated[list[dict[str, Any]] | None, Meta(description=(
+        "JSON records redacted by `policy` (instead of `text`/`texts`): each answered under `records`"))] = None
+    policy: Annotated[dict[str, Any] | None, Meta(description=(
+        "A record policy: {default: keep|scan, fields: {path: keep|scan|drop|{action, type, types, threshold, "
+        "required}}} (docs: Redacting records)"))] = None
 
 
 class Entity(Response, omit_defaults=True):
@@ -98,11 +105,17 @@ class HfEntity(Response):
     end: int
 
 
-class RedactResponse(Response):
+class RecordResult(Response):
+    record: dict[str, Any]
+    entities: Annotated[dict[str, list[RedactedSpan]], Meta(description="Per changed path (`messages[0].content`)")]
+
+
+class RedactResponse(Response, omit_defaults=True):
     object: Literal["pii.redaction"]
     model: str
     results: list[RedactResult]
     usage: Usage
+    records: list[RecordResult] | None = None
 
 
 OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
@@ -163,12 +176,14 @@ async def detect(request: web.Request) -> web.Response:
 async def redact(request: web.Request) -> web.Response:
     rcall = await begin(request, "pii", RedactRequest)
     req, model = rcall.req, rcall.model
+    if req.records is not None or req.policy is not None:
+        return await _redact_records(rcall)
     call: Call[PiiRequest] = rcall  # type: ignore[assignment]  # a RedactRequest is a PiiRequest
     texts, _ = _texts(call)
     mode = req.mode or "mask"
     mask_char = req.mask_char or "*"
     replacement = req.replacement
-    if replacement is not None and "{type}" not in replacement:
+    if replacement is not None and mode == "replace" and "{type}" not in replacement:
         raise InputError("`replacement` must contain {type}, e.g. \"<{type}>\"", param="replacement")
     res = await call.infer(call.pipeline(PiiPipeline).plan_redact, texts, mode=mode, mask_char=mask_char,
                            replacement=replacement, **_options(call, texts))
@@ -177,6 +192,43 @@ async def redact(request: web.Request) -> web.Response:
                for r, spans in zip(res.texts, res.spans, strict=True)]
     return json_response(RedactResponse(object="pii.redaction", model=model.name, results=results,
                                         usage=usage(res.detection.tokens)))
+
+
+async def _redact_records(rcall: Call[RedactRequest]) -> web.Response:
+    """`records` redacted by `policy`: one model request for every field the policy scans."""
+    req = rcall.req
+    call: Call[PiiRequest] = rcall  # type: ignore[assignment]
+    if req.records is None or req.policy is None:
+        raise RequestValidationError("`records` and `policy` go together", param="records" if req.records is None
+                                     else "policy")
+    if req.text is not None or req.texts is not None:
+        raise InputError("provide `records` or `text`/`texts`, not both", param="records")
+    check_count(call, "records", len(req.records))
+    pipe = call.pipeline(PiiPipeline)
+    opts = _options(call, [])
+    try:
+        policy = Policy.of(req.policy, "policy")
+        policy.check_types([*pipe.types, *(opts["rules"].types if opts["rules"] is not None else ())])
+    except ConfigError as exc:
+        raise InputError(exc.message, param="policy") from None
+    replacer = pipe.replacer(req.mode or "mask", req.mask_char or "*", req.replacement)
+    planned = policy.plan(req.records, lambda i: f"records[{i}]")
+    groups = list(planned.texts.items())
+    check_chars(call, "records", [t for _, texts in groups for t in texts])
+    found: dict[Any, list[list[pii.Entity]]] = {}
+    tokens = 0
+    if groups:
+        asked = [(texts, opts["threshold"] if g[1] is None else g[1], g[0] or opts["types"]) for g, texts in groups]
+        det = await call.infer(pipe.plan_detect_groups, asked, opts["rules"])
+        at = 0
+        for g, texts in groups:
+            found[g] = det.entities[at:at + len(texts)]
+            at += len(texts)
+        tokens = det.tokens
+    out = [RecordResult(record=r, entities={p: [RedactedSpan.of(e) for e in spans] for p, spans in s.items()})
+           for r, s in planned.redact(found, replacer)]
+    return json_response(RedactResponse(object="pii.redaction", model=rcall.model.name, results=[],
+                                        usage=usage(tokens), records=out))
 
 
 async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.Response:

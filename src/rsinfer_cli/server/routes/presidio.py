@@ -18,8 +18,9 @@ from aiohttp import web
 from msgspec import Meta, Struct
 
 from ...errors import InputError
-from ...pipelines.pii import ADDRESS_PARTS, MAX_REPLACEMENT_CHARS, Entity, PiiPipeline, rewrite
+from ...pipelines.pii import ADDRESS_PARTS, Entity, PiiPipeline, rewrite
 from ...pipelines.pii_rules import MAX_PATTERNS, request_rules
+from ...pipelines.replacer import MAX_REPLACEMENT_CHARS
 from ..schemas import Model, Op, Request, Response
 from .common import STATE, begin, check_chars, json_response
 
