@@ -93,6 +93,7 @@ _rsinfer() {
                 --regions) return ;;
                 --on-error) return ;;
                 --batch-lines) return ;;
+                --policy) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --patterns) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --allow) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -105,7 +106,7 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --threshold --types --regions --on-error --allow-missing --batch-lines --patterns --allow --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --threshold --types --regions --on-error --allow-missing --batch-lines --policy --patterns --allow --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         download)
             case "$prev" in
                 --revision) return ;;
@@ -198,6 +199,8 @@ _rsinfer() {
                 --mode) return ;;
                 --mask-char) return ;;
                 --replacement) return ;;
+                --policy) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --key-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --threshold) return ;;
                 --types) return ;;
                 --regions) return ;;
@@ -216,7 +219,7 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --mode --mask-char --replacement --threshold --types --regions --spans --on-error --allow-missing --hash-salt --batch-lines --patterns --allow --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --mode --mask-char --replacement --policy --key-file --threshold --types --regions --spans --on-error --allow-missing --hash-salt --batch-lines --patterns --allow --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         rerank)
             case "$prev" in
                 --query|-q) return ;;

@@ -112,7 +112,7 @@ def test_a_pathological_regex_is_bounded(server):
 
 
 @pytest.mark.parametrize(("body", "says"), [
-    ({"patterns": [{"entity_type": "lower", "regex": "x"}]}, "patterns[0].entity_type"),
+    ({"patterns": [{"entity_type": "two words", "regex": "x"}]}, "patterns[0].entity_type"),
     ({"patterns": [{"entity_type": "X", "regex": "x", "validator": "stdnum.nope"}]}, "no module 'stdnum.nope'"),
     ({"patterns": [{"entity_type": "X", "regex": "x"}] * 33}, "at most 32"),
     ({"deny_list": {"CODENAME": ["x" * 201]}}, "deny_list.CODENAME: at most 1000 values"),

@@ -41,6 +41,7 @@ class Entity:
     scheme: str | None = None   # a NATIONAL_ID's scheme (DE_IDNR, FR_NIR, ...)
     # what found it: "model", a recognizer ("phone"), a pattern's name, "deny_list", "model (address merged)"
     source: str = field(default="model", compare=False)
+    found: Found | None = field(default=None, compare=False, repr=False)   # a pattern's match: how it scored
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"entity_type": self.entity_type, "text": self.text, "score": self.score,
@@ -281,7 +282,8 @@ def with_rules(text: str, entities: list[Entity], rules: Rules, threshold: float
             checkpoint()
         if not taken.overlaps(f.start, f.end):
             taken.take(f.start, f.end)
-            matches.append(Entity(f.entity_type, text[f.start:f.end], f.score, f.start, f.end, source=f.source))
+            matches.append(Entity(f.entity_type, text[f.start:f.end], f.score, f.start, f.end, source=f.source,
+                                  found=f))
     kept = [e for e in entities if not taken.overlaps(e.start, e.end)]
     return sorted(kept + matches, key=lambda e: (e.start, e.end))
 
@@ -469,6 +471,7 @@ class PiiOptions:
     # how a pseudonym is written: {type}, {hash} (its first pii_pseudonym_width hex characters of the HMAC) and
     # {key_id} (four hex characters naming the key, to tell tokens of a rotated key apart)
     pii_pseudonym_template: str = "<{type}_{hash}>"
+    # hex characters of a pseudonym's HMAC (8: 32 bits; see docs/records.md for the collision rates)
     pii_pseudonym_width: int = opt(8, ge=4, le=64)
     # pattern recognizers beside the model, each validating what it finds; [] turns them off
     pii_recognizers: tuple[str, ...] = opt(DEFAULT_RECOGNIZERS, choices=RECOGNIZERS)
@@ -485,6 +488,8 @@ class PiiOptions:
     allow_list_match: str = opt("exact", choices=("exact", "regex"))
     # values always redacted, by entity type: {EMPLOYEE_NAME: [Jane Roe]} (whole words, any case)
     deny_list: dict[str, tuple[str, ...]] | None = None
+    # the languages Presidio's `language` may name for this model (another is a 400)
+    pii_languages: tuple[str, ...] = ("en",)
 
     def rules(self) -> Rules:
         """The patterns and lists compiled (InputError naming the key of a bad one)."""
@@ -550,6 +555,7 @@ class PiiPipeline(TextPipeline):
             raise ModelLoadError(f"model '{cfg.name}': max_len {max_len} leaves no room for text", model=cfg.name)
         self.overlap = max(max_len // 4, 1) if self.window > max_len // 4 else self.window // 2
         self.threshold = opts.threshold
+        self.languages = opts.pii_languages
         self.salt_source = "pii_hash_salt" if opts.pii_hash_salt else \
             "random per process (set pii_hash_salt for stable hashes)"
         self.salt = opts.pii_hash_salt.encode("utf-8") if opts.pii_hash_salt else secrets.token_bytes(16)
@@ -633,7 +639,9 @@ class PiiPipeline(TextPipeline):
                                  f"{', '.join(self.types)}", param="types")
 
     def _entities(self, texts: Sequence[str], per_text: list[tuple[Any, Array]], threshold: float | None,
-                  types: Sequence[str] | None, rules: Rules | None = None) -> list[list[Entity]]:
+                  types: Sequence[str] | None, rules: Rules | None = None,
+                  rule_threshold: float | None = None) -> list[list[Entity]]:
+        """`rule_threshold`: the score the patterns' and deny lists' matches need (default: `threshold`)."""
         thr = self.threshold if threshold is None else float(threshold)
         rules = self.rules if rules is None else self.rules.merged(rules)
         keep = set(types) if types is not None else None
@@ -645,7 +653,7 @@ class PiiPipeline(TextPipeline):
             ents = decode(text, enc.offsets, probs.argmax(axis=-1), probs.max(axis=-1), self.labels, thr) \
                 if len(probs) else []
             if not rules.empty:
-                ents = with_rules(text, ents, rules, thr)
+                ents = with_rules(text, ents, rules, thr if rule_threshold is None else rule_threshold)
             if self.recognizers:
                 ents = with_recognized(text, ents, self.recognizers, self.regions)
             if "address" in self.merge and self.address_columns and len(probs):
@@ -671,13 +679,16 @@ class PiiPipeline(TextPipeline):
         return weak
 
     def plan_detect(self, texts: Sequence[str], threshold: float | None = None,
-                    types: Sequence[str] | None = None, rules: Rules | None = None) -> Work[Detection]:
-        """`rules`: a request's own patterns, allow and deny lists (pii_rules.request_rules), beside the entry's."""
+                    types: Sequence[str] | None = None, rules: Rules | None = None,
+                    rule_threshold: float | None = None) -> Work[Detection]:
+        """`rules`: a request's own patterns, allow and deny lists (pii_rules.request_rules), beside the entry's;
+        `rule_threshold`: the score their matches need (default `threshold`; Presidio's score_threshold)."""
         self.check_options(threshold, types, rules, texts)
+        check_threshold(rule_threshold, "score_threshold")
         timing = Timing()
         enc, per_text = self.plan_probs(texts, timing)
-        return self.work(enc, lambda rows: Detection(self._entities(texts, per_text(rows), threshold, types, rules),
-                                                     timing), timing)
+        return self.work(enc, lambda rows: Detection(self._entities(texts, per_text(rows), threshold, types, rules,
+                                                                    rule_threshold), timing), timing)
 
     def plan_detect_groups(self, groups: Sequence[tuple[Sequence[str], float | None, Sequence[str] | None]],
                            rules: Rules | None = None) -> Work[Detection]:

@@ -31,6 +31,7 @@ from ..errors import InputError
 from .spans import EVERY
 
 CONTEXT_BOOST = 0.35          # Presidio's context_similarity_factor
+CONTEXT_FLOOR = 0.4           # Presidio's min_score_with_context_similarity
 CONTEXT_WORDS = 5             # words before a match searched for context (Presidio's prefix count)
 MAX_PATTERNS = 32             # per request
 MAX_REGEXES = 8               # per pattern
@@ -72,6 +73,9 @@ class Found:
     end: int
     score: float
     source: str = "deny_list"     # the pattern's name, or the deny list
+    regex: str | None = None      # the expression that matched (a pattern's)
+    original_score: float | None = None    # before context raised it
+    context_word: str = ""        # the context word that raised it
 
 
 def _validator(name: str, where: str) -> Callable[[str], bool]:
@@ -117,9 +121,9 @@ def compile_re2(expr: str, where: str, spans_only: bool = False) -> Any:
 
 class Pattern:
     def __init__(self, spec: PatternSpec, where: str) -> None:
-        if not spec.entity_type or not re.fullmatch(r"[A-Z][A-Z0-9_]*", spec.entity_type):
-            raise InputError(f"{where}.entity_type: '{spec.entity_type}' is not an entity type (capitals, digits "
-                             "and underscores: EMPLOYEE_ID)", param=f"{where}.entity_type")
+        if not spec.entity_type or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", spec.entity_type):
+            raise InputError(f"{where}.entity_type: '{spec.entity_type}' is not an entity type (letters, digits, "
+                             "underscores and hyphens: EMPLOYEE_ID)", param=f"{where}.entity_type")
         if not spec.regex:
             raise InputError(f"{where}.regex: a pattern needs at least one regular expression", param=f"{where}.regex")
         if len(spec.regex) > MAX_REGEXES:
@@ -129,6 +133,7 @@ class Pattern:
         self.entity_type = spec.entity_type
         self.where = where
         self.regexes = [compile_re2(r, f"{where}.regex[{i}]", spans_only=True) for i, r in enumerate(spec.regex)]
+        self.sources = spec.regex
         self.valid = _validator(spec.validator, where) if spec.validator else None
         self.context = frozenset(unicodedata.normalize("NFKC", w).casefold() for w in spec.context)
         self.score = spec.score
@@ -147,7 +152,7 @@ class Pattern:
     def find(self, text: str) -> list[Found]:
         out: list[Found] = []
         seen: set[tuple[int, int]] = set()
-        for rx in self.regexes:
+        for rx, source in zip(self.regexes, self.sources, strict=True):
             checkpoint()
             for n, m in enumerate(rx.finditer(text)):
                 if not n % EVERY:
@@ -158,15 +163,16 @@ class Pattern:
                 seen.add((a, b))
                 if self.valid is not None and not self.valid(text[a:b]):
                     continue
-                score = self.score
-                if self.context and self._in_context(text, a):
-                    score = min(1.0, score + CONTEXT_BOOST)
-                out.append(Found(self.entity_type, a, b, score, self.name))
+                score, word = self.score, self._context_word(text, a) if self.context else ""
+                if word:    # Presidio's enhancer: raised by 0.35, to at least 0.4, at most 1.0
+                    score = max(min(1.0, score + CONTEXT_BOOST), CONTEXT_FLOOR)
+                out.append(Found(self.entity_type, a, b, score, self.name, source, self.score, word))
         return out
 
-    def _in_context(self, text: str, start: int) -> bool:
+    def _context_word(self, text: str, start: int) -> str:
+        """The first context word among the words before `start` ("" when none is)."""
         words = _WORD.findall(text[max(0, start - 200):start])[-CONTEXT_WORDS:]
-        return any(unicodedata.normalize("NFKC", w).casefold() in self.context for w in words)
+        return next((w for w in words if unicodedata.normalize("NFKC", w).casefold() in self.context), "")
 
 
 def normalise(value: str) -> str:
@@ -281,8 +287,8 @@ def _check_lists(values: list[str], denied: dict[str, list[str]]) -> None:
         raise InputError(f"deny_list: {total} values over {len(denied)} entity types; at most {MAX_VALUES} a "
                          "request, all types together", param="deny_list")
     for t in denied:
-        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", t):
-            raise InputError(f"deny_list: '{t}' is not an entity type (capitals, digits and underscores)",
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", t):
+            raise InputError(f"deny_list: '{t}' is not an entity type (letters, digits, underscores and hyphens)",
                              param="deny_list")
 
 

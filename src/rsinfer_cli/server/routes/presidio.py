@@ -17,12 +17,14 @@ from typing import Annotated, Any, Literal
 from aiohttp import web
 from msgspec import Meta, Struct
 
-from ...errors import InputError
-from ...pipelines.pii import ADDRESS_PARTS, Entity, PiiPipeline, rewrite
+from ...errors import InputError, PayloadTooLarge
+from ...pipelines import cipher
+from ...pipelines.pii import ADDRESS_PARTS, Entity, PiiPipeline, answer_limit
 from ...pipelines.pii_rules import MAX_PATTERNS, request_rules
 from ...pipelines.replacer import MAX_REPLACEMENT_CHARS
+from ..errors import RequestValidationError
 from ..schemas import Model, Op, Request, Response
-from .common import STATE, begin, check_chars, json_response
+from .common import STATE, begin, check_chars, check_count, json_response
 
 # rsinfer's entity type (a NATIONAL_ID by its scheme) → Presidio's
 PRESIDIO = {"PHONE": "PHONE_NUMBER", "EMAIL": "EMAIL_ADDRESS", "CREDIT_CARD_NUMBER": "CREDIT_CARD",
@@ -32,8 +34,10 @@ PRESIDIO = {"PHONE": "PHONE_NUMBER", "EMAIL": "EMAIL_ADDRESS", "CREDIT_CARD_NUMB
             "ROUTING_NUMBER": "ABA_ROUTING_NUMBER", "TAX_ID": "US_ITIN", "DATE": "DATE_TIME", "DATE_TIME": "DATE_TIME",
             "GB_NHS": "UK_NHS", "IT_CF": "IT_FISCAL_CODE", "ES_DNI": "ES_NIF", "ES_NIE": "ES_NIE",
             "IN_AADHAAR": "IN_AADHAAR", "PL_PESEL": "PL_PESEL", **dict.fromkeys(ADDRESS_PARTS, "LOCATION")}
-OPERATORS = ("replace", "redact", "mask", "hash", "keep")
+OPERATORS = ("replace", "redact", "mask", "hash", "keep", "encrypt", "pseudonym")
+LISTED = ["hash", "mask", "redact", "replace", "encrypt", "custom"]   # Presidio's GET /anonymizers, as it answers
 RE_FLAGS = {2: "i", 8: "m", 16: "s"}     # Python's re.IGNORECASE, MULTILINE, DOTALL as RE2 inline flags
+DEFAULT_FLAGS = 2 | 8 | 16               # Presidio's default regex_flags: IGNORECASE | MULTILINE | DOTALL
 
 
 def presidio_type(e: Entity) -> str:
@@ -44,20 +48,21 @@ def presidio_type(e: Entity) -> str:
 
 
 class AnalyzeRequest(Request):
-    text: str
-    language: Annotated[str, Meta(description="Accepted as sent; the model and recognizers are language-agnostic "
-                                              "as configured")]
-    entities: Annotated[list[str] | None, Meta(description="Presidio entity types to return; unknown ones are a "
-                                                           "400")] = None
+    text: Annotated[str | list[str], Meta(description="A text, or a list of texts (Presidio's batch form: one "
+                                                      "result list per text)")]
+    language: Annotated[str, Meta(description="One of the model's pii_languages (default en); another is a 400")]
+    entities: Annotated[list[str] | None, Meta(description="Presidio entity types to return; empty or absent: all; "
+                                                           "a type no recognizer finds is ignored")] = None
     score_threshold: Annotated[float, Meta(ge=0, le=1)] | None = None
-    return_decision_process: bool = False
+    return_decision_process: bool | int = False
     ad_hoc_recognizers: list[dict[str, Any]] | None = None
     context: Annotated[list[str] | None, Meta(description="Words that raise the score of the ad-hoc recognizers' "
                                                           "matches near them")] = None
     allow_list: list[str] | None = None
     allow_list_match: Literal["exact", "regex"] = "exact"
     regex_flags: Annotated[int | None, Meta(description="re.IGNORECASE (2), MULTILINE (8), DOTALL (16) for the "
-                                                        "ad-hoc recognizers")] = None
+                                                        "ad-hoc recognizers and a regex allow list (default 26: all "
+                                                        "three, as Presidio)")] = None
     correlation_id: str | None = None
     model: Model = None
 
@@ -86,7 +91,6 @@ class AnalyzeResult(Response):
     end: int
     score: float
     analysis_explanation: AnalysisExplanation | None
-    recognition_metadata: RecognitionMetadata
 
 
 class AnalyzerResult(Struct, kw_only=True):
@@ -103,12 +107,21 @@ class OperatorConfig(Struct, kw_only=True):
     chars_to_mask: int | None = None
     from_end: bool = False
     hash_type: str | None = None
+    salt: Annotated[str | None, Meta(description="hash: at least 16 bytes (default: the model's salt)")] = None
+    key: Annotated[str | None, Meta(description="encrypt / decrypt: the AES key, 16, 24 or 32 bytes")] = None
 
 
 class AnonymizeRequest(Request):
     text: str
     analyzer_results: list[AnalyzerResult]
     anonymizers: Annotated[dict[str, OperatorConfig] | None, Meta(description="By entity type, or DEFAULT")] = None
+
+
+class DeanonymizeRequest(Request):
+    text: str = ""
+    deanonymizers: Annotated[dict[str, OperatorConfig] | None, Meta(description="decrypt, by entity type or "
+                                                                                "DEFAULT")] = None
+    anonymizer_results: list[AnalyzerResult] = []
 
 
 class AnonymizeItem(Response):
@@ -125,10 +138,17 @@ class AnonymizeResponse(Response):
 
 
 OPS: tuple[Op, ...] = (   # Presidio's error body is KServe's shape too: {"error": "..."}
-    Op(("/analyze",), "POST", "Presidio analyzer: the PII spans of a text (Presidio's entity names)", "pii",
-       AnalyzeRequest, list[AnalyzeResult], errors="kserve"),
+    Op(("/analyze",), "POST", "Presidio analyzer: the PII spans of a text, or of each of a list of texts "
+       "(Presidio's entity names)", "pii", AnalyzeRequest, list[AnalyzeResult | list[AnalyzeResult]],
+       errors="kserve"),
     Op(("/anonymize",), "POST", "Presidio anonymizer: replace, redact, mask, hash or keep the given spans", "pii",
        AnonymizeRequest, AnonymizeResponse, errors="kserve"),
+    Op(("/deanonymize",), "POST", "Presidio: decrypt the spans `encrypt` made, with the key the request gives",
+       "pii", DeanonymizeRequest, AnonymizeResponse, errors="kserve"),
+    Op(("/anonymizers",), "GET", "Presidio: the anonymizers /anonymize lists", "pii", response=list[str],
+       errors="kserve"),
+    Op(("/deanonymizers",), "GET", "Presidio: the deanonymizers /deanonymize runs", "pii", response=list[str],
+       errors="kserve"),
     Op(("/supportedentities",), "GET", "Presidio: the entity types /analyze can return", "pii",
        response=list[str], errors="kserve"),
     Op(("/recognizers",), "GET", "Presidio: the recognizers /analyze runs", "pii", response=list[str],
@@ -142,7 +162,10 @@ routes = web.RouteTableDef()
 
 
 def _flags(regex_flags: int | None) -> str:
-    """Python's re flags of a Presidio request as RE2's inline flags ("(?i)"); a flag RE2 has not is a 400."""
+    """Python's re flags of a Presidio request as RE2's inline flags ("(?i)"); a flag RE2 has not is a 400. None:
+    Presidio's default, IGNORECASE | MULTILINE | DOTALL."""
+    if regex_flags is None:
+        regex_flags = DEFAULT_FLAGS
     if not regex_flags:
         return ""
     if regex_flags & ~sum(RE_FLAGS):
@@ -206,34 +229,52 @@ def _joined(text: str, entities: list[Entity]) -> list[Entity]:
 
 
 def _explanation(e: Entity) -> AnalysisExplanation:
-    return AnalysisExplanation(recognizer=e.source, pattern_name=None, pattern=None, original_score=e.score,
-                               score=e.score, textual_explanation=f"found by {e.source}", score_context_improvement=0,
-                               supportive_context_word="", validation_result=None, regex_flags=None)
+    """How a result was found and scored: a pattern's name and expression, and the context word that raised it."""
+    f = e.found
+    if f is None or f.regex is None:
+        return AnalysisExplanation(recognizer=e.source, pattern_name=None, pattern=None, original_score=e.score,
+                                   score=e.score, textual_explanation=f"found by {e.source}",
+                                   score_context_improvement=0, supportive_context_word="", validation_result=None,
+                                   regex_flags=None)
+    original = f.original_score if f.original_score is not None else e.score
+    pattern = re.sub(r"^\(\?[ims]+\)", "", f.regex)       # the request's expression, without the flags we added
+    return AnalysisExplanation(recognizer=e.source, pattern_name=e.source, pattern=pattern, original_score=original,
+                               score=e.score, textual_explanation=f"Detected by `{e.source}` using pattern "
+                               f"`{e.source}`", score_context_improvement=e.score - original,
+                               supportive_context_word=f.context_word, validation_result=None, regex_flags=None)
+
+
+def _check_language(pipe: PiiPipeline, language: str | None) -> None:
+    """A language the model is not configured for is a 400 (Presidio answers it with a 500)."""
+    if language is not None and language not in pipe.languages:
+        raise InputError(f"language '{language}' is not supported: this model serves {', '.join(pipe.languages)} "
+                         "(its pii_languages)", param="language")
 
 
 @routes.post("/analyze")
 async def analyze(request: web.Request) -> web.Response:
+    """One text, or Presidio's batch form (a list of texts: one result list each), through one model request."""
     call = await begin(request, "pii", AnalyzeRequest)
     req = call.req
-    check_chars(call, "text", [req.text])
+    texts = req.text if isinstance(req.text, list) else [req.text]
+    check_count(call, "text", len(texts))
+    check_chars(call, "text", texts)
     pipe = call.pipeline(PiiPipeline)
+    _check_language(pipe, req.language)
     patterns, deny = _ad_hoc(req)
-    rules = request_rules(patterns, req.allow_list, req.allow_list_match, deny)
-    known = supported(pipe) | set(rules.types if rules is not None else ())
-    if req.entities is not None:
-        unknown = [t for t in req.entities if t not in known]
-        if unknown:
-            raise InputError(f"unknown entities {', '.join(unknown)}; /supportedentities lists "
-                             f"{', '.join(sorted(known))}", param="entities")
-    det = await call.infer(pipe.plan_detect, [req.text], None, None, rules)
+    allow = req.allow_list
+    if allow and req.allow_list_match == "regex":
+        allow = [_flags(req.regex_flags) + a for a in allow]
+    rules = request_rules(patterns, allow, req.allow_list_match, deny)
+    wanted = set(req.entities) if req.entities else None     # [] is every entity, as in Presidio
     floor = req.score_threshold or 0.0
-    out = [AnalyzeResult(entity_type=presidio_type(e), start=e.start, end=e.end, score=e.score,
-                         analysis_explanation=_explanation(e) if req.return_decision_process else None,
-                         recognition_metadata=RecognitionMetadata(recognizer_name=e.source,
-                                                                  recognizer_identifier=f"rsinfer-{e.source}"))
-           for e in _joined(req.text, det.entities[0])
-           if e.score >= floor and (req.entities is None or presidio_type(e) in req.entities)]
-    return json_response(out)
+    det = await call.infer(pipe.plan_detect, texts, None, None, rules, floor)
+    explain = bool(req.return_decision_process)
+    out = [[AnalyzeResult(entity_type=presidio_type(e), start=e.start, end=e.end, score=e.score,
+                          analysis_explanation=_explanation(e) if explain else None)
+            for e in _joined(text, ents) if e.score >= floor and (wanted is None or presidio_type(e) in wanted)]
+           for text, ents in zip(texts, det.entities, strict=True)]
+    return json_response(out if isinstance(req.text, list) else out[0])
 
 
 def supported(pipe: PiiPipeline) -> set[str]:
@@ -253,80 +294,219 @@ def default_pipeline(request: web.Request) -> PiiPipeline:
 
 @routes.get("/supportedentities")
 async def supported_entities(request: web.Request) -> web.Response:
-    return json_response(sorted(supported(default_pipeline(request))))
+    pipe = default_pipeline(request)
+    _check_language(pipe, request.query.get("language"))
+    return json_response(sorted(supported(pipe)))
 
 
 @routes.get("/recognizers")
 async def recognizers(request: web.Request) -> web.Response:
     pipe = default_pipeline(request)
+    _check_language(pipe, request.query.get("language"))
     return json_response(["model", *pipe.recognizers, *(p.name for p in pipe.rules.patterns),
                           *(["deny_list"] if pipe.rules.deny else [])])
 
 
-# ---------------------------------------------------------------- /anonymize
+# ---------------------------------------------------------------- /anonymize and /deanonymize
+#
+# Presidio's anonymizer semantics, as its engine documents them: results of one type that intersect become one
+# (their union, the higher score); a result inside another is dropped (of equal ones the higher score stays, the
+# later on a tie); results of one type with only spaces between them become one; then the operators run from the
+# last result to the first, each on its whole original value, each replacing the text from its start to where the
+# result after it began - so of two overlapping results neither leaves a character readable unless it is `keep`.
 
 
-def _checked(cfg: OperatorConfig, etype: str) -> OperatorConfig:
-    """An anonymizer's settings, checked (a 400 naming the entity type and what is wrong)."""
+class Span:
+    __slots__ = ("start", "end", "entity_type", "score")
+
+    def __init__(self, start: int, end: int, entity_type: str, score: float) -> None:
+        self.start, self.end, self.entity_type, self.score = start, end, entity_type, score
+
+
+def _merge_same_type(spans: list[Span]) -> list[Span]:
+    by_type: dict[str, list[tuple[int, Span]]] = {}
+    for pos, sp in enumerate(spans):
+        by_type.setdefault(sp.entity_type, []).append((pos, sp))
+    kept: list[tuple[int, Span]] = []
+    for group in by_type.values():
+        group.sort(key=lambda item: (item[1].start, item[1].end))
+        pos, cur = group[0]
+        for nxt_pos, nxt in group[1:]:
+            if cur.end < nxt.start or nxt.end < cur.start or min(cur.end, nxt.end) - max(cur.start, nxt.start) == 0:
+                kept.append((pos, cur))
+                pos, cur = nxt_pos, nxt
+                continue
+            cur.start, cur.end = min(cur.start, nxt.start), max(cur.end, nxt.end)
+            cur.score, pos = max(cur.score, nxt.score), max(pos, nxt_pos)
+        kept.append((pos, cur))
+    kept.sort(key=lambda item: item[0])
+    return [sp for _, sp in kept]
+
+
+def _drop_contained(spans: list[Span]) -> list[Span]:
+    order = sorted(range(len(spans)), key=lambda i: (spans[i].start, -spans[i].end))
+    dropped: set[int] = set()
+    furthest: int | None = None
+    g = 0
+    while g < len(order):
+        first = spans[order[g]]
+        h = g
+        while h < len(order) and (spans[order[h]].start, spans[order[h]].end) == (first.start, first.end):
+            h += 1
+        group = order[g:h]
+        if furthest is not None and furthest >= first.end:
+            dropped.update(group)
+        else:
+            best = max(group, key=lambda i: (spans[i].score, i))
+            dropped.update(i for i in group if i != best)
+        furthest = first.end if furthest is None else max(furthest, first.end)
+        g = h
+    return [sp for i, sp in enumerate(spans) if i not in dropped]
+
+
+def _merge_spaced(text: str, spans: list[Span]) -> list[Span]:
+    out: list[Span] = []
+    prev: Span | None = None
+    for sp in spans:
+        gap = text[prev.end:sp.start] if prev is not None else ""
+        if prev is not None and prev.entity_type == sp.entity_type and gap and not gap.strip(" "):
+            out.remove(prev)
+            sp.start = prev.start
+        out.append(sp)
+        prev = sp
+    return out
+
+
+def resolve(text: str, spans: list[Span]) -> list[Span]:
+    spans.sort(key=lambda sp: (sp.start, sp.end))
+    return _merge_spaced(text, _drop_contained(_merge_same_type(spans)))
+
+
+def operate(text: str, spans: list[Span], new_value: Any) -> tuple[str, list[tuple[Span, str, int]]]:
+    """The operators run from the last span to the first: (the new text, each span with its new value and where
+    that ends, counted from the text's end)."""
+    out, last = text, len(text)
+    done: list[tuple[Span, str, int]] = []
+    for sp in sorted(spans, key=lambda sp: sp.start, reverse=True):
+        new = new_value(sp, text[sp.start:sp.end])
+        after = out[min(sp.end, last):]
+        out = out[:sp.start] + new + after
+        last = sp.start
+        done.append((sp, new, len(after) + len(new)))
+        if len(out) > answer_limit(text):
+            raise PayloadTooLarge(f"the anonymized text would be longer than {answer_limit(text)} characters: the "
+                                  "new values are longer than the spans they stand in for", param="anonymizers")
+    return out, done
+
+
+def _checked(cfg: OperatorConfig, etype: str, kinds: tuple[str, ...] = OPERATORS) -> OperatorConfig:
+    """An operator's settings, checked (a 400 naming the entity type and what is wrong)."""
     kind = cfg.type
-    if kind not in OPERATORS:
-        why = "encrypt and decrypt need a key store rsinfer does not keep" if kind in ("encrypt", "decrypt") else \
-            f"one of {', '.join(OPERATORS)}"
-        raise InputError(f"anonymizers.{etype}.type '{kind}' is not supported: {why}", param="anonymizers")
-    if kind == "mask":
-        if cfg.masking_char is None or len(cfg.masking_char) != 1:
-            raise InputError(f"anonymizers.{etype}: mask needs `masking_char`, one character", param="anonymizers")
-        if cfg.chars_to_mask is None or cfg.chars_to_mask < 0:
-            raise InputError(f"anonymizers.{etype}: mask needs `chars_to_mask` >= 0", param="anonymizers")
+    if kind == "custom":      # Presidio's REST API refuses it too: a custom operator is a Python lambda
+        raise InputError("Custom type anonymizer is not supported", param="anonymizers")
+    # the operators' parameter errors are Presidio's InvalidParamError: a 422
+    if kind not in kinds:
+        raise RequestValidationError(f"Invalid operator type '{kind}' for {etype}: one of {', '.join(kinds)}",
+                         param="anonymizers")
+    if kind == "mask" and (cfg.masking_char is None or len(cfg.masking_char) != 1 or cfg.chars_to_mask is None):
+        raise RequestValidationError(f"anonymizers.{etype}: mask needs `masking_char` (one character) and "
+                                     "`chars_to_mask`", param="anonymizers")
     if cfg.new_value is not None and len(cfg.new_value) > MAX_REPLACEMENT_CHARS:
-        raise InputError(f"anonymizers.{etype}.new_value has {len(cfg.new_value)} characters; at most "
+        raise RequestValidationError(f"anonymizers.{etype}.new_value has {len(cfg.new_value)} characters; at most "
                          f"{MAX_REPLACEMENT_CHARS}", param="anonymizers")
     if kind == "hash" and (cfg.hash_type or "sha256") not in ("sha256", "sha512"):
-        raise InputError(f"anonymizers.{etype}.hash_type must be sha256 or sha512", param="anonymizers")
+        raise RequestValidationError(f"anonymizers.{etype}.hash_type must be sha256 or sha512", param="anonymizers")
+    if kind == "hash" and cfg.salt is not None and len(cfg.salt.encode()) < 16:
+        raise RequestValidationError("Salt must be at least 16 bytes (128 bits). Provided salt is "
+                                     f"{len(cfg.salt.encode())} bytes.", param="anonymizers")
+    if kind in ("encrypt", "decrypt") and (cfg.key is None or len(cfg.key.encode()) * 8 not in (128, 192, 256)):
+        raise RequestValidationError("Invalid input, key must be of length 128, 192 or 256 bits", param="anonymizers")
     return cfg
 
 
-def _apply(cfg: OperatorConfig, value: str, etype: str, salt: bytes) -> str:
+def _apply(cfg: OperatorConfig, value: str, etype: str, pipe: PiiPipeline) -> str:
     kind = cfg.type
     if kind == "replace":
-        return cfg.new_value if cfg.new_value is not None else f"<{etype}>"
-    if kind == "redact":
-        return ""
-    if kind == "keep":
-        return value
+        return cfg.new_value or f"<{etype}>"
+    if kind in ("redact", "keep"):
+        return "" if kind == "redact" else value
     if kind == "hash":
         algo = hashlib.sha512 if cfg.hash_type == "sha512" else hashlib.sha256
-        return algo(salt + value.encode("utf-8")).hexdigest()
-    n = min(cfg.chars_to_mask or 0, len(value))                     # mask
+        return algo(value.encode("utf-8") + (cfg.salt.encode() if cfg.salt else pipe.salt)).hexdigest()
+    if kind == "encrypt":
+        return cipher.encrypt((cfg.key or "").encode(), value)
+    if kind == "decrypt":
+        try:
+            return cipher.decrypt((cfg.key or "").encode(), value)
+        except ValueError:
+            raise InputError(f"{etype}: the text at this span does not decrypt with the key given",
+                             param="deanonymizers") from None
+    if kind == "pseudonym":
+        return pipe.replacer("pseudonym")(etype, value)
+    n = max(min(cfg.chars_to_mask or 0, len(value)), 0)                # mask
     char = cfg.masking_char or "*"
     return value[:len(value) - n] + char * n if cfg.from_end else char * n + value[n:]
 
 
-@routes.post("/anonymize")
-async def anonymize(request: web.Request) -> web.Response:
-    """Presidio's anonymizer over the spans the client sends: no model runs. Overlapping spans: one inside a longer
-    one is covered by it; otherwise the first by start wins."""
-    call = await begin(request, "pii", AnonymizeRequest, named=False)
-    req = call.req
-    text = req.text
-    check_chars(call, "text", [text])
-    operators = {k: _checked(v, k) for k, v in (req.anonymizers or {}).items()}
-    default = operators.get("DEFAULT", OperatorConfig(type="replace"))
+def _spans(text: str, results: list[AnalyzerResult]) -> list[Span]:
     spans = []
-    for i, r in enumerate(req.analyzer_results):
-        if not 0 <= r.start < r.end <= len(text):
+    for i, r in enumerate(results):
+        if not 0 <= r.start <= r.end <= len(text):
             raise InputError(f"analyzer_results[{i}]: start {r.start} and end {r.end} do not lie in the text "
                              f"({len(text)} characters)", param="analyzer_results")
-        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", r.entity_type):
+        if not re.fullmatch(r"[A-Za-z][\w-]*", r.entity_type):
             raise InputError(f"analyzer_results[{i}].entity_type '{r.entity_type}' is not an entity type",
                              param="analyzer_results")
-        spans.append(Entity(r.entity_type, "", r.score, r.start, r.end))
-    salt = call.pipeline(PiiPipeline).salt
+        spans.append(Span(r.start, r.end, r.entity_type, r.score))
+    return spans
 
-    def new_value(e: Entity, value: str) -> str:
-        return _apply(operators.get(e.entity_type, default), value, e.entity_type, salt)
 
-    out, done = rewrite(text, spans, new_value, "anonymizers")
-    items = [AnonymizeItem(start=a, end=b, entity_type=e.entity_type, text=new,
-                           operator=operators.get(e.entity_type, default).type) for e, new, a, b in done]
+def _answer(text: str, spans: list[Span], operators: dict[str, OperatorConfig], default: OperatorConfig | None,
+            pipe: PiiPipeline) -> web.Response:
+    def op(sp: Span) -> OperatorConfig:
+        cfg = operators.get(sp.entity_type, default)
+        if cfg is None:
+            raise InputError(f"no operator for {sp.entity_type} and no DEFAULT", param="deanonymizers")
+        return cfg
+
+    out, done = operate(text, spans, lambda sp, value: _apply(op(sp), value, sp.entity_type, pipe))
+    items = [AnonymizeItem(start=len(out) - from_end, end=len(out) - from_end + len(new), entity_type=sp.entity_type,
+                           text=new, operator=op(sp).type) for sp, new, from_end in done]
     return json_response(AnonymizeResponse(text=out, items=items))
+
+
+@routes.post("/anonymize")
+async def anonymize(request: web.Request) -> web.Response:
+    """Presidio's anonymizer over the spans the client sends: no model runs."""
+    call = await begin(request, "pii", AnonymizeRequest, named=False)
+    req = call.req
+    check_chars(call, "text", [req.text])
+    operators = {k: _checked(v, k) for k, v in (req.anonymizers or {}).items()}
+    default = operators.get("DEFAULT", OperatorConfig(type="replace"))
+    spans = resolve(req.text, _spans(req.text, req.analyzer_results))
+    return _answer(req.text, spans, operators, default, call.pipeline(PiiPipeline))
+
+
+@routes.post("/deanonymize")
+async def deanonymize(request: web.Request) -> web.Response:
+    """Presidio's deanonymizer: `decrypt` with the key in the request (no key store); the spans as given."""
+    body = await request.read()
+    if not body.strip() or body.strip() in (b"{}", b"{ }"):
+        raise InputError("Invalid request json", param="text")
+    call = await begin(request, "pii", DeanonymizeRequest, named=False)
+    req = call.req
+    check_chars(call, "text", [req.text])
+    operators = {k: _checked(v, k, ("decrypt",)) for k, v in (req.deanonymizers or {}).items()}
+    spans = _spans(req.text, req.anonymizer_results)
+    return _answer(req.text, spans, operators, operators.get("DEFAULT"), call.pipeline(PiiPipeline))
+
+
+@routes.get("/anonymizers")
+async def anonymizers(request: web.Request) -> web.Response:
+    """Presidio's list as Presidio answers it (`keep` and rsinfer's `pseudonym` are accepted too)."""
+    return json_response(LISTED)
+
+
+@routes.get("/deanonymizers")
+async def deanonymizers(request: web.Request) -> web.Response:
+    return json_response(["decrypt"])
