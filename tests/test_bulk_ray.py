@@ -114,3 +114,26 @@ def test_actor_threads_follow_its_cpus(cluster, shared_models):
     assert os.cpu_count() != 1 and ray.get(threads.remote(), timeout=120) == 1   # not every CPU of the host
     with pytest.raises(rsinfer_cli.errors.ConfigError, match="dimension: not a key of a model of kind embedding"):
         rr.Embed(path=str(shared_models / "all-minilm-l6-v2"), dimension=8)
+
+
+def test_json_records_by_policy_with_pseudonyms_agree_across_actors(cluster, shared_models):
+    """Two actors, one key: every record as the API redacts it, the same token for a value whichever actor ran it;
+    another key gives other tokens."""
+    import json
+
+    from test_records import KEY, OTHER, POLICY, check_corpus, corpus
+
+    records = corpus(120)
+    lines = [json.dumps(r, ensure_ascii=False) for r in records]
+    ds = ray.data.from_items([{"id": i, "json": line} for i, line in enumerate(lines)])
+    keys = {"path": str(shared_models / "rampart-pii"), "policy": POLICY, "mode": "pseudonym", "column": "json"}
+    out = by_id(ds.map_batches(rr.RedactJson, fn_constructor_kwargs={**keys, "key": KEY}, concurrency=2, num_cpus=1,
+                               batch_size=25, batch_format="pyarrow").take_all())
+    with rsinfer_cli.load(path=str(shared_models / "rampart-pii")) as model:
+        want = model.redact_json(lines, POLICY, mode="pseudonym", key=KEY)
+    assert [r["redacted"] for r in out] == want
+    check_corpus(records, [json.loads(r["redacted"]) for r in out])
+    other = by_id(ds.map_batches(rr.RedactJson, fn_constructor_kwargs={**keys, "key": OTHER}, concurrency=1,
+                                 num_cpus=1, batch_size=60, batch_format="pyarrow").take_all())
+    emails = {json.loads(r["redacted"]).get("user", {}).get("email") for r in out} - {None}
+    assert emails.isdisjoint({json.loads(r["redacted"]).get("user", {}).get("email") for r in other})

@@ -128,3 +128,22 @@ def test_whole_records_redacted_in_place(spark, shared_models):
     assert not any("@example.org" in r.subject for r in out)
     with pytest.raises(rsinfer_cli.errors.ConfigError, match="no column 'body'"):
         rs.redact_records(df, ["body"], path=str(shared_models / "rampart-pii"))
+
+
+def test_json_records_by_policy_agree_across_executors(spark, shared_models):
+    import json
+
+    from test_records import KEY, POLICY, check_corpus, corpus
+
+    records = corpus(80)
+    lines = [json.dumps(r, ensure_ascii=False) for r in records]
+    df = spark.createDataFrame(list(enumerate(lines)), "id int, json string").repartition(4)
+    redact = rs.redact_json(path=str(shared_models / "rampart-pii"), policy=POLICY, mode="pseudonym", key=KEY)
+    out = collected(df.withColumn("clean", redact("json")))
+    model = rsinfer_cli.load(shared_models / "rampart-pii")
+    assert [r.clean for r in out] == model.redact_json(lines, POLICY, mode="pseudonym", key=KEY)
+    check_corpus(records, [json.loads(r.clean) for r in out])
+    bad = spark.createDataFrame([(0, "[1]")], "id int, json string")
+    errs = collected(bad.withColumn("c", rs.redact_json(path=str(shared_models / "rampart-pii"), policy=POLICY,
+                                                        on_error="column")("json")))
+    assert errs[0].c.value is None and "not a JSON object" in errs[0].c.error

@@ -304,3 +304,16 @@ def test_cli_policy_errors(shared_models, files):
 def test_entity_never_carries_the_key():
     e = Entity("EMAIL", "a@b.co", 1.0, 0, 6)
     assert Replacer("pseudonym", pseudonyms=Pseudonyms(KEY))(e.entity_type, e.text) != "a@b.co"
+
+
+@pytest.mark.shared
+def test_numbers_no_float_holds_go_back_as_written(shared_models, files):
+    """A 30-digit id, 1e400 and NaN pass through `redact` as written (they were an internal error and a silent
+    null), with --field as with --policy."""
+    line = '{"id": 123456789012345678901234567890, "big": 1e400, "n": NaN, "f": 0.1, "text": "mail x@y.co"}\n'
+    (files / "scan.yaml").write_text("fields:\n  text: scan\n")
+    for args in (("--field", "text"), ("--policy", str(files / "scan.yaml"))):
+        run = cli(shared_models, "redact", *args, "--mode", "replace", stdin=line)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout == ('{"id":123456789012345678901234567890,"big":1e400,"n":NaN,"f":0.1,'
+                              '"text":"mail <EMAIL>"}\n')

@@ -49,6 +49,36 @@ def loads(data: bytes | str) -> Any:
 JSONDecodeError = orjson.JSONDecodeError
 
 
+def exact_int(text: str) -> Any:
+    """A JSON integer as an int, or as written when it is past the 64 bits orjson writes."""
+    value = int(text)
+    return value if -(2 ** 63) <= value < 2 ** 64 else orjson.Fragment(text)
+
+
+def exact_float(text: str) -> Any:
+    """A JSON number with a fraction or exponent as a float, or as written when no finite float holds it."""
+    value = float(text)
+    return value if value - value == 0 else orjson.Fragment(text)
+
+
+def kept_constant(text: str) -> Any:
+    """NaN, Infinity and -Infinity (not JSON, but Python's json reads them) as written."""
+    return orjson.Fragment(text)
+
+
+def loads_exact(text: str) -> Any:
+    """JSON text with every number kept as written where no int of 64 bits or finite float holds it (a record
+    written back then says the same); json.JSONDecodeError as json.loads."""
+    import json
+
+    return json.loads(text, parse_int=exact_int, parse_float=exact_float, parse_constant=kept_constant)
+
+
+def dumps_sorted(obj: Any) -> str:
+    """Compact JSON with sorted keys (a value redacted whole is this text of it)."""
+    return orjson.dumps(obj, option=_OPTS | orjson.OPT_SORT_KEYS).decode("utf-8")
+
+
 def dumps_line(obj: Any) -> str:
     """One JSONL line (UTF-8 kept, numpy vectors at their own precision)."""
     return orjson.dumps(obj, option=_OPTS | orjson.OPT_APPEND_NEWLINE).decode("utf-8")

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from .api.arrow import job_of, pyarrow, split_keys
 
-__all__ = ["Classify", "Colbert", "Detect", "Embed", "Predict", "Redact", "Rerank", "Sparse"]
+__all__ = ["Classify", "Colbert", "Detect", "Embed", "Predict", "Redact", "RedactJson", "Rerank", "Sparse"]
 
 
 def _actor_cpus() -> int | None:
@@ -137,3 +137,10 @@ class Redact(_Method):
     """PII redaction: `redacted` string and `redacted_spans` (where each value was; never the value)."""
 
     method = "redact"
+
+
+class RedactJson(_Method):
+    """A column of JSON records redacted by a record `policy` (docs: Redacting records): `redacted`, each record
+    back as compact JSON. With mode="pseudonym" and one `key`, every actor gives the same token for a value."""
+
+    method = "redact_json"

@@ -28,7 +28,8 @@ from typing import Any
 
 from .api.arrow import job_of, output_type, pyarrow, split_keys
 
-__all__ = ["classify", "colbert", "detect", "embed", "predict", "redact", "redact_records", "rerank", "sparse"]
+__all__ = ["classify", "colbert", "detect", "embed", "predict", "redact", "redact_json", "redact_records", "rerank",
+           "sparse"]
 
 _MODELS: dict[str, Any] = {}       # per Python worker: the models its tasks loaded, by their load keys
 _LOCK = threading.Lock()
@@ -146,6 +147,13 @@ def detect(path: str | None = None, **keys: Any) -> Callable[..., Any]:
 def redact(path: str | None = None, **keys: Any) -> Callable[..., Any]:
     """PII redaction: struct<text, spans> (where each value was and what replaced it; never the value)."""
     return _function("redact", _with_path(path, keys))
+
+
+def redact_json(path: str | None = None, **keys: Any) -> Callable[..., Any]:
+    """A column of JSON records redacted by a record `policy` (docs: Redacting records): string, the record back
+    as compact JSON with its declared fields handled and every other value as it was. With mode="pseudonym" and
+    one `key`, every executor gives the same token for the same value."""
+    return _function("redact_json", _with_path(path, keys))
 
 
 def _with_path(path: str | None, keys: dict[str, Any]) -> dict[str, Any]:

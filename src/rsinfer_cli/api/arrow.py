@@ -14,6 +14,7 @@ The output columns, typed so that a writer keeps them (Parquet, Delta, Lance, Ic
     detect    entities    list<struct<entity_type, text, score, start, end, scheme>>
     redact    redacted    string, and `<output>_spans`: list<struct<entity_type, score, start, end, replacement,
                           redacted_start, redacted_end>> (where each value was, never the value)
+    redact_json  redacted  string: a column of JSON records, each redacted by a record policy
 
 A null text gives a null answer. A row whose text the model refuses (too long with `truncate: false`, ...)
 fails the batch with an InputError naming the row (`on_error="fail"`), or gets a null answer and its message in
@@ -158,6 +159,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("classify", "classify", _classify),
     Method("detect", "entities", _python(_entity_type, _entities)),
     Method("redact", "redacted", _redacted),
+    Method("redact_json", "redacted", _python(lambda pa: pa.string(), lambda g: g)),
 )}
 
 
@@ -321,6 +323,7 @@ def output_type(method_name: str, options: Mapping[str, Any]) -> pa.DataType:
             if options.get("labels") is not None else
             pa.struct([("label", pa.string()), ("is_true", pa.bool_()), ("true_probability", pa.float64())])),
         "detect": lambda: _entity_type(pa),
+        "redact_json": pa.string,
         "redact": lambda: pa.struct([("text", pa.string()), ("spans", spans_type(pa))]),
     }
     return kinds[method(method_name).name]()

@@ -312,13 +312,42 @@ class Model:
         records given are not changed; numbered mode counts afresh in each record."""
         import copy
 
+        return self._redact_own(copy.deepcopy(list(records)), policy, (mode, mask_char, replacement, _salt(salt), key),
+                                rules)
+
+    def _redact_own(self, records: list[Any], policy: Policy | Mapping[str, Any] | str | Path, how: tuple[Any, ...],
+                    rules: Rules | None) -> list[RedactedRecord]:
+        """Records this call owns (changed in place) redacted; `how`: the replacer's mode, mask_char, replacement,
+        salt and key."""
         from ..pipelines.pii import PiiPipeline
 
         pipe = self._as(PiiPipeline, "redact_records")
-        replacer = pipe.replacer(mode, mask_char, replacement, _salt(salt), key)
-        planned = self._planned(pipe, copy.deepcopy(list(records)), policy, rules)
+        replacer = pipe.replacer(*how)
+        planned = self._planned(pipe, records, policy, rules)
         found = self.found_in(planned, rules)
         return [RedactedRecord(r, spans) for r, spans in planned.redact(found, replacer)]
+
+    def redact_json(self, texts: Sequence[str], policy: Policy | Mapping[str, Any] | str | Path, *,
+                    mode: str = "mask", mask_char: str = "*", replacement: str | None = None,
+                    salt: bytes | str | None = None, key: bytes | None = None, rules: Rules | None = None) -> list[str]:
+        """Each text a JSON record, redacted by `policy` as `redact_records` does, back as compact JSON (numbers as
+        written): the column function of Ray and Spark over a column of JSON records. A text that is not a JSON
+        object is an InputError naming it (`input[3]`)."""
+        import json
+
+        from ..jsonio import dumps_line, loads_exact
+
+        records = []
+        for i, text in enumerate(check_texts(texts)):
+            try:
+                record = loads_exact(text)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"input[{i}] is not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(record, dict):
+                raise InputError(f"input[{i}] is not a JSON object (a {type(record).__name__})")
+            records.append(record)
+        done = self._redact_own(records, policy, (mode, mask_char, replacement, _salt(salt), key), rules)
+        return [dumps_line(r.record)[:-1] for r in done]
 
     def detect_records(self, records: Sequence[Any], policy: Policy | Mapping[str, Any] | str | Path, *,
                        rules: Rules | None = None) -> list[dict[str, list[Entity]]]:

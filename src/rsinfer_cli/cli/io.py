@@ -96,9 +96,13 @@ def read_records(args: Iterable[str] | None, source: Path | None, fmt: str = "au
 
 
 def parse_json_line(line: str, lineno: int, name: str) -> dict[str, Any]:
-    """One JSONL line → its object; InputError naming the source and line otherwise."""
+    """One JSONL line → its object; InputError naming the source and line otherwise. A number that no Python int of
+    64 bits or finite float holds (an id of 30 digits, 1e400, NaN) is kept as written, so the line it goes back to
+    says the same."""
+    from ..jsonio import loads_exact
+
     try:
-        data = json.loads(line)
+        data = loads_exact(line)
     except json.JSONDecodeError as exc:
         raise InputError(f"{name}: line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(data, dict):

@@ -149,7 +149,8 @@ class Table:
         column = self.column or run.fields[0]
         if run.redacting:
             options = {"mode": run.mode, "mask_char": run.mask_char, "replacement": run.replacement,
-                       "threshold": run.threshold, "types": run.types, "salt": run.salt, "rules": run.rules}
+                       "threshold": run.threshold, "types": run.types, "salt": run.salt, "rules": run.rules,
+                       "key": run.key}
             return table_job("redact", options, column, None, self.error_column, output_column=column,
                              spans=run.spans, spans_column=SPANS_KEY)
         return table_job("detect", {"threshold": run.threshold, "types": run.types, "rules": run.rules}, column,

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, InputError
+from ..jsonio import dumps_sorted
 from .pii import Entity, Redacted, redact_spans
 from .replacer import Replacer
 
@@ -269,7 +270,7 @@ def whole_text(value: Any) -> str:
     """The text a value redacted whole stands for: a string as it is, anything else as compact JSON."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return dumps_sorted(value)
 
 
 @dataclass
