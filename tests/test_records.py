@@ -245,11 +245,15 @@ def test_cli_api_and_server_redact_the_corpus_alike(shared_models, files):
         assert r.status_code == 200, r.text
         body = r.json()
         metrics = httpx.get(srv.url + "/metrics").text
+        op = httpx.post(srv.url + "/anonymize", json={"text": "jane.doe@example.com", "analyzer_results": [
+            {"start": 0, "end": 20, "entity_type": "EMAIL", "score": 1}], "anonymizers": {
+                "DEFAULT": {"type": "pseudonym"}}}).json()
         bad = httpx.post(srv.url + "/pii/redact", json={"records": [{}], "policy": {"fields": {"a": "zap"}}})
         missing = httpx.post(srv.url + "/pii/redact", json={
             "records": [{"a": "x"}, {}], "policy": {"fields": {"a": {"action": "scan", "required": True}}}})
     assert [x["record"] for x in body["records"]] == by_cli and body["results"] == []
     assert body["records"][0]["entities"]["user.email"][0]["replacement"].startswith("<EMAIL_")
+    assert op["text"] == by_cli[0]["user"]["email"]           # /anonymize's pseudonym operator: the same token
     assert "jane" not in metrics.lower() and KEY.hex() not in metrics
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "policy"
     assert "fields.a.action" in bad.json()["error"]["message"]
