@@ -265,7 +265,9 @@ class _Output:
     def __init__(self, model: Model, run: Run) -> None:
         self.model, self.run = model, run
         self.pending: list[Item] = []
-        self.planned = run.policy.plan([], str) if run.policy is not None else None
+        from ..pipelines.records import Planned
+
+        self.planned = Planned(run.policy) if run.policy is not None else None
         pipe: Any = model.pipeline           # a PiiPipeline (_run checked)
         self.replacer = pipe.replacer(run.mode, run.mask_char, run.replacement, run.salt, run.key) \
             if run.redacting and run.policy is not None else None

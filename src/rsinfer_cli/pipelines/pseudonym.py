@@ -1,11 +1,12 @@
 """Pseudonyms: the same value becomes the same token across records, files, processes and runs with one key.
 
-A pseudonym is HMAC-SHA256(key, entity type NUL normalised value), its first `width` hex characters rendered by a
-template (`<{type}_{hash}>`). The value is normalised per type first, so that the ways one value is written map to
-one token: e-mail addresses case-folded, phone numbers as E.164 (phonenumbers, in the model's first region), ids
-compacted (python-stdnum's clean: no spaces, dashes, dots or slashes, upper case), everything else NFKC-normalised,
-case-folded and with its whitespace collapsed. Without the key nobody can go back or test a guess; a key under 128
-bits is refused. Nothing here logs a value or the key.
+A pseudonym is HMAC-SHA256(key, entity kind NUL normalised value), its first `width` hex characters rendered by a
+template (`<{type}_{hash}>`); the kind is the type, with the spellings of one kind made one (PHONE and Presidio's
+PHONE_NUMBER; GIVEN_NAME, SURNAME and PERSON). The value is normalised per type first, so that the ways one value
+is written map to one token: e-mail addresses case-folded, phone numbers as E.164 (phonenumbers, in the model's
+first region), ids compacted (python-stdnum's clean: no spaces, dashes, dots or slashes, upper case), everything
+else NFKC-normalised, case-folded and with its whitespace collapsed. Without the key nobody can go back or test a
+guess; a key under 128 bits is refused. Nothing here logs a value or the key.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ PHONES = frozenset({"PHONE", "PHONE_NUMBER", "PHONENUMBER", "TELEPHONE", "TELEPH
 EMAILS = frozenset({"EMAIL", "EMAIL_ADDRESS"})
 IDS = frozenset({"NATIONAL_ID", "SSN", "US_SSN", "IBAN", "IBAN_CODE", "CREDIT_CARD", "CREDIT_CARD_NUMBER", "TAX_ID",
                  "PASSPORT", "DRIVERS_LICENSE", "BANK_ACCOUNT", "ROUTING_NUMBER", "ACCOUNT_NUMBER", "ID_NUMBER"})
+NAMES = frozenset({"PERSON", "NAME", "GIVEN_NAME", "SURNAME", "FIRST_NAME", "LAST_NAME", "FULL_NAME", "MIDDLE_NAME"})
+# one hash namespace for the spellings of a kind, so that rsinfer's PHONE and Presidio's PHONE_NUMBER, a GIVEN_NAME
+# and a PERSON, give one hash for one value (the token still shows the type it was found as)
+_SAME = {**dict.fromkeys(PHONES, "PHONE"), **dict.fromkeys(EMAILS, "EMAIL"), **dict.fromkeys(NAMES, "PERSON"),
+         "SSN": "SSN", "US_SSN": "SSN", "IBAN_CODE": "IBAN", "CREDIT_CARD_NUMBER": "CREDIT_CARD"}
 _SPACE = re.compile(r"\s+")
 
 
@@ -101,7 +107,8 @@ class Pseudonyms:
         return Pseudonyms(self._key, template, self.width, self.region)
 
     def digest(self, entity_type: str, value: str) -> str:
-        message = f"{entity_type}\x00{normalise(entity_type, value, self.region)}".encode()
+        kind = _SAME.get(entity_type, entity_type)
+        message = f"{kind}\x00{normalise(entity_type, value, self.region)}".encode()
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()[:self.width]
 
     def token(self, entity_type: str, value: str) -> str:
