@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from redact import paragraph
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from redact import paragraph  # noqa: E402
 
 POLICY = """default: keep
 fields:

@@ -19,7 +19,7 @@ from msgspec import Meta, Struct
 
 from ...errors import InputError, PayloadTooLarge
 from ...pipelines import cipher
-from ...pipelines.pii import ADDRESS_PARTS, Entity, PiiPipeline, answer_limit
+from ...pipelines.pii import ADDRESS_PARTS, ANSWER_GROWTH, ANSWER_SLACK, Entity, PiiPipeline, answer_limit
 from ...pipelines.pii_rules import MAX_PATTERNS, request_rules
 from ...pipelines.replacer import MAX_REPLACEMENT_CHARS
 from ..errors import RequestValidationError
@@ -383,20 +383,28 @@ def resolve(text: str, spans: list[Span]) -> list[Span]:
 
 
 def operate(text: str, spans: list[Span], new_value: Any) -> tuple[str, list[tuple[Span, str, int]]]:
-    """The operators run from the last span to the first: (the new text, each span with its new value and where
-    that ends, counted from the text's end)."""
-    out, last = text, len(text)
+    """The operators run from the last span to the first, each replacing the text from its start to where the span
+    after it began: (the new text, each span with its new value and where that ends, counted from the text's end).
+    Built once from its pieces (linear in the text and the spans, where replacing in place is quadratic)."""
+    pieces: list[str] = []            # the new text, from its end
+    tail = 0                          # the length of what is built
+    last = len(text)
     done: list[tuple[Span, str, int]] = []
+    limit = answer_limit(text)
     for sp in sorted(spans, key=lambda sp: sp.start, reverse=True):
+        kept = text[min(sp.end, last):last]
         new = new_value(sp, text[sp.start:sp.end])
-        after = out[min(sp.end, last):]
-        out = out[:sp.start] + new + after
+        pieces += (kept, new)
+        tail += len(kept) + len(new)
         last = sp.start
-        done.append((sp, new, len(after) + len(new)))
-        if len(out) > answer_limit(text):
-            raise PayloadTooLarge(f"the anonymized text would be longer than {answer_limit(text)} characters: the "
-                                  "new values are longer than the spans they stand in for", param="anonymizers")
-    return out, done
+        done.append((sp, new, tail))
+        if sp.start + tail > limit:
+            raise PayloadTooLarge(f"the anonymized text would be longer than {limit} characters ({ANSWER_GROWTH}x "
+                                  f"its input of {len(text)}, plus {ANSWER_SLACK}): the new values are longer than "
+                                  "the spans they stand in for; use shorter `anonymizers` values, or mask",
+                                  param="anonymizers")
+    pieces.append(text[:last])
+    return "".join(reversed(pieces)), done
 
 
 def _checked(cfg: OperatorConfig, etype: str, kinds: tuple[str, ...] = OPERATORS) -> OperatorConfig:
@@ -412,7 +420,7 @@ def _checked(cfg: OperatorConfig, etype: str, kinds: tuple[str, ...] = OPERATORS
         raise RequestValidationError(f"anonymizers.{etype}: mask needs `masking_char` (one character) and "
                                      "`chars_to_mask`", param="anonymizers")
     if cfg.new_value is not None and len(cfg.new_value) > MAX_REPLACEMENT_CHARS:
-        raise RequestValidationError(f"anonymizers.{etype}.new_value has {len(cfg.new_value)} characters; at most "
+        raise InputError(f"anonymizers.{etype}.new_value has {len(cfg.new_value)} characters; at most "
                          f"{MAX_REPLACEMENT_CHARS}", param="anonymizers")
     if kind == "hash" and (cfg.hash_type or "sha256") not in ("sha256", "sha512"):
         raise RequestValidationError(f"anonymizers.{etype}.hash_type must be sha256 or sha512", param="anonymizers")
