@@ -62,6 +62,10 @@ def python_program(folder: Path, name: str) -> tuple[list[str], str]:
 
 RUNNER = Path(__file__).parents[1] / "script_runner.py"
 START_S = 120.0
+# CPython 3.11 counts the AST constructor's recursion depth in interpreter-wide state: two threads parsing at once
+# (script models loaded in parallel at start-up) can fail with "SystemError: AST constructor recursion depth
+# mismatch" (python/cpython#106905; seen in this project's CI)
+_PARSE = threading.Lock()
 
 
 def long_lived(folder: Path) -> bool:
@@ -69,7 +73,9 @@ def long_lived(folder: Path) -> bool:
     import ast
 
     try:
-        tree = ast.parse((folder / "main.py").read_text(encoding="utf-8"))
+        source = (folder / "main.py").read_text(encoding="utf-8")
+        with _PARSE:
+            tree = ast.parse(source)
     except (OSError, SyntaxError, ValueError):
         return False   # the per-request mode runs it as it is, and says what fails
     return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "infer" for n in tree.body)
