@@ -217,6 +217,10 @@ def test_output_subset_id_and_metadata(server, http):
                                                         "model_repository"]
     assert http.is_server_live() and http.is_server_ready() and http.is_model_ready("add_one")
     assert not http.is_model_ready("nope")
+    # the KServe v2 health bodies (the `kserve` client reads them; tritonclient reads only the status)
+    assert httpx.get(server.url + "/v2/health/live").json() == {"live": True}
+    assert httpx.get(server.url + "/v2/health/ready").json() == {"ready": True}
+    assert httpx.get(server.url + "/v2/models/add_one/ready").json() == {"name": "add_one", "ready": True}
 
 
 def test_triton_model_config_and_kserve_errors_on_every_v2_path(server, http, grpc_client):

@@ -71,6 +71,19 @@ class KServeModelMetadata(Response):
     outputs: list[KServeTensorMeta]
 
 
+class KServeLive(Response):
+    live: bool
+
+
+class KServeReady(Response):
+    ready: bool
+
+
+class KServeModelReady(Response):
+    name: str
+    ready: bool
+
+
 class KServeServerMetadata(Response):
     name: str
     version: str
@@ -178,12 +191,15 @@ class InferstackModels(Response):
 
 OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
     Op(("/v2",), "GET", "KServe v2 server metadata", "tensor", response=KServeServerMetadata, errors="kserve"),
-    Op(("/v2/health/live", "/v2/health/ready"), "GET", "KServe v2 health (200 = true)", "tensor",
-       response="empty", errors="kserve", open=True),
+    Op(("/v2/health/live",), "GET", "KServe v2 liveness: {\"live\": true}", "tensor", response=KServeLive,
+       errors="kserve", open=True),
+    Op(("/v2/health/ready",), "GET", "KServe v2 readiness: {\"ready\": true} (503 and false while not ready)", "tensor",
+       response=KServeReady, errors="kserve", open=True),
     Op(("/v2/models/{model}", "/v2/models/{model}/versions/{version}"), "GET", "KServe v2 model metadata",
        "tensor", response=KServeModelMetadata, errors="kserve"),
     Op(("/v2/models/{model}/ready", "/v2/models/{model}/versions/{version}/ready"), "GET",
-       "KServe v2 model readiness (200 = ready)", "tensor", response="empty", errors="kserve"),
+       "KServe v2 model readiness: {\"name\", \"ready\": true} (503 with the reason while not ready)", "tensor",
+       response=KServeModelReady, errors="kserve"),
     Op(("/v2/models/{model}/config", "/v2/models/{model}/versions/{version}/config"), "GET",
        "Triton's model configuration extension (tensor models)", "tensor", response=TritonModelConfig,
        errors="kserve"),
@@ -299,7 +315,8 @@ async def repository_unload(request: web.Request) -> web.Response:
 
 @routes.get("/v2/health/live")
 async def live(request: web.Request) -> web.Response:
-    return web.Response(status=200)
+    """The KServe v2 body, `{"live": true}`: the `kserve` client reads it (tritonclient reads the status)."""
+    return json_response(KServeLive(live=True))
 
 
 @routes.get("/v2/health/ready")
@@ -307,7 +324,9 @@ async def ready(request: web.Request) -> web.Response:
     """Ready: every model loaded (the listener binds only then), and with worker processes, the engine and every
     front end up."""
     state = request.app[STATE]
-    return web.Response(status=503 if state.not_ready() is not None else 200)
+    ready = state.not_ready() is None
+    return web.Response(status=200 if ready else 503, body=encode(KServeReady(ready=ready)),
+                        content_type="application/json")
 
 
 @routes.get("/v2")
@@ -328,10 +347,11 @@ async def model_metadata(request: web.Request) -> web.Response:
 async def model_ready(request: web.Request) -> web.Response:
     """200 while the model serves; 503 (with the reason) while it is configured but unloaded, loading or failed;
     404 for a name or version that is not configured."""
-    ready, why = ext.model_ready(request.app[STATE], request.match_info["model"], request.match_info.get("version"))
+    name = request.match_info["model"]
+    ready, why = ext.model_ready(request.app[STATE], name, request.match_info.get("version"))
     if not ready:
         return web.Response(status=503, body=encode(KServeError(error=why)), content_type="application/json")
-    return web.Response(status=200)
+    return json_response(KServeModelReady(name=name, ready=True))
 
 
 def triton_type(datatype: str) -> str:
