@@ -93,6 +93,14 @@ class TestOpenAIShape:
         assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
         assert r.headers["x-rsinfer-truncated"] == "1"
 
+    def test_infinity_path_answers_as_v1(self, client, ref):
+        """infinity serves OpenAI's shape at /embeddings (no /v1): litellm's infinity/ provider with a root base URL
+        posts there, with infinity's own `modality` field beside OpenAI's."""
+        body = {"model": "mini", "input": [c["text"] for c in ref["cases"][:3]], "encoding_format": "float"}
+        r = client.post("/embeddings", json={**body, "modality": "text"})
+        assert r.status_code == 200, r.text
+        assert r.json() == client.post("/v1/embeddings", json=body).json()
+
     def test_base64_is_little_endian_float32(self, client, ref):
         case = ref["cases"][0]
         r = client.post("/v1/embeddings", json={"input": case["text"], "encoding_format": "base64"})

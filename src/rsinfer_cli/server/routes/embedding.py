@@ -138,7 +138,8 @@ class SimilarityRequest(Request):
 
 
 OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
-    Op(("/v1/embeddings",), "POST", "OpenAI / vLLM embeddings", "embedding", EmbeddingsRequest,
+    Op(("/v1/embeddings", "/embeddings"), "POST", "OpenAI / vLLM embeddings (and infinity's own path, without /v1)",
+       "embedding", EmbeddingsRequest,
        EmbeddingsResponse),
     Op(("/embed",), "POST", "TEI embeddings (the default embedding model)", "embedding", TeiEmbedRequest,
        list[list[float]]),
@@ -167,6 +168,7 @@ def _inputs(call: Call[Any], key: str, value: Any) -> tuple[list[Any] | None, li
 
 
 @routes.post("/v1/embeddings")
+@routes.post("/embeddings")           # infinity's path: litellm's infinity/ provider with a root base URL
 async def openai_embeddings(request: web.Request) -> web.Response:
     call = await begin(request, "embedding", EmbeddingsRequest)
     req, model, pipe = call.req, call.model, call.pipeline(Embedder)
