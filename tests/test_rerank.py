@@ -299,6 +299,8 @@ class TestHttp:
         expected = raw_of("tiny-reranker-2", q)
         assert max(abs(o["score"] - expected[o["index"]]) for o in raw) <= LOGIT_ABS
         assert "text" not in raw[0]
+        top = http.post("/rerank", json={"model": "r2", "query": q["query"], "texts": q["documents"], "top_n": 2})
+        assert [o["index"] for o in top.json()] == q["ranking"][:2]        # top_n holds in TEI's shape too
 
     def test_cohere_v2_shape(self, http, shared_models):
         q = load_ref(shared_models, "tiny-reranker-1")["queries"][3]

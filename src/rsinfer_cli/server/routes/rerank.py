@@ -222,8 +222,9 @@ async def _tei_rerank(call: Call[RerankRequest], max_docs: int) -> web.Response:
     return_text = bool(req.return_text)
     result = await _score(call, req.query, texts, raw=bool(req.raw_scores), direction=direction,
                           truncate=req.truncate)
+    # top_n: the request field every rerank shape here takes (TEI's own shape has none; ignoring it was silent)
     out = [TeiRankItem(index=i, score=float(result.scores[i]), text=texts[i] if return_text else None)
-           for i in ranked(result.scores)]
+           for i in ranked(result.scores, _top_n(req.top_n, len(texts)))]
     return json_response(out, truncation_headers(result.truncated))
 
 
