@@ -4,6 +4,7 @@ fake Hub on loopback (gating, revisions, external data, tokenizer_hf, download, 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -226,6 +227,35 @@ class TestDownload:
         second = download(ModelSource(hf="org/emb"), out, cache_dir=tmp_path / "cache")
         assert not any(written for _, _, written in second.files)
         assert mtimes == {p: (out / p).stat().st_mtime_ns for p, _, _ in second.files}
+
+    def test_downloaded_files_are_readable_by_a_service_user(self, fake_hub, model_dir):
+        """Files as a plain write makes them (0666 less the umask), not mkstemp's 0600: a folder copied for an
+        air-gapped host is read by the service's own user (as `nobody` where this runs as root)."""
+        import shutil
+        import stat
+        import subprocess
+        import tempfile
+
+        publish(fake_hub, "org/emb", model_dir)
+        root = Path(tempfile.mkdtemp(prefix="rsinfer-mode-"))
+        try:
+            root.chmod(0o755)
+            old = os.umask(0o022)
+            try:
+                result = download(ModelSource(hf="org/emb"), root / "out", cache_dir=root / "cache")
+            finally:
+                os.umask(old)
+            for rel, _, _ in result.files:
+                assert stat.S_IMODE((root / "out" / rel).stat().st_mode) == 0o644, rel
+            if os.geteuid() == 0 and shutil.which("runuser"):
+                for p in (root / "out").rglob("*"):
+                    if p.is_dir():
+                        p.chmod(0o755)      # the folders as a copy for the host would make them
+                run = subprocess.run(["runuser", "-u", "nobody", "--", "cat", str(root / "out" / "config.json")],
+                                     capture_output=True, timeout=30)
+                assert run.returncode == 0, run.stderr
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
 
     def test_download_with_external_data(self, fake_hub, tmp_path):
         root = synth.write_model_dir(tmp_path / "ext", external_data=True)

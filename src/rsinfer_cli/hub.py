@@ -410,12 +410,28 @@ def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress
 # ---------------------------------------------------------------- download
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it where Linux says it (/proc/self/status), else by setting it
+    and back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _place(src: Path, dest: Path) -> bool:
-    """Copy src to dest atomically; False when dest already holds the same bytes."""
+    """Copy src to dest atomically, with the mode a plain write gets (0666 less the umask: mkstemp's 0600 made a
+    folder copied for a service user unreadable to it); False when dest already holds the same bytes."""
     if dest.is_file() and dest.stat().st_size == src.stat().st_size and filecmp.cmp(src, dest, shallow=False):
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     try:
         shutil.copyfile(src, tmp)
