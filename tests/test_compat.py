@@ -123,6 +123,31 @@ def test_huggingface_inference_client_every_task(four):
     assert [e.score for e in zs] == pytest.approx(own_zs["scores"], abs=1e-9)
 
 
+def test_per_model_base_url_has_tei_info_health_and_routes(four):
+    """/models/NAME is a model's base URL: huggingface_hub's get_endpoint_info() and health_check() read TEI's /info
+    and /health under it, and TEI's own routes answer under it as at the root for that model."""
+    from huggingface_hub import InferenceClient
+
+    def endpoint(name: str) -> InferenceClient:     # these two calls are the hf-inference provider's (a URL's)
+        return InferenceClient(model=f"{four.url}/models/{name}", provider="hf-inference")
+
+    info = endpoint("rr").get_endpoint_info()
+    assert info["model_id"] == "rr" and info["kind"] == "rerank"
+    assert endpoint("mini").health_check() and endpoint("pii").get_endpoint_info()["model_id"] == "pii"
+    assert httpx.get(four.url + "/models/nope/health").status_code == 404
+    assert httpx.get(four.url + "/models/nope/info").status_code == 404
+    embed = httpx.post(four.url + "/models/mini/embed", json={"inputs": ["a cat"]})
+    assert embed.status_code == 200
+    root = httpx.post(four.url + "/v1/embeddings", json={"model": "mini", "input": ["a cat"]}).json()
+    assert np.allclose(embed.json()[0], root["data"][0]["embedding"], atol=1e-6)
+    ranked = httpx.post(four.url + "/models/rr/rerank", json={"query": "parcel", "texts": ["it shipped", "cats"]})
+    assert ranked.status_code == 200 and sorted(r["index"] for r in ranked.json()) == [0, 1]
+    tokens = httpx.post(four.url + "/models/mini/tokenize", json={"inputs": "a cat"})
+    assert tokens.status_code == 200 and tokens.json()[0][0]["text"]
+    wrong = httpx.post(four.url + "/models/rr/embed", json={"inputs": ["a"]})
+    assert wrong.status_code == 400 and "is a rerank model" in wrong.json()["error"]["message"]
+
+
 def test_root_post_needs_a_single_model(four, server):
     r = httpx.post(four.url + "/", json={"inputs": "x"})
     assert r.status_code == 400 and "/models/{name}" in r.json()["error"]["message"]

@@ -163,7 +163,10 @@ OPS: tuple[Op, ...] = (
     Op(("/openapi.json",), "GET", "This document (OpenAPI 3.1)", "operations", response=dict[str, Any], open=True),
     Op(("/docs",), "GET", "The API reference in a browser (no CDN: assets ship with rsinfer)", "operations",
        response="html", open=True),
-    Op(("/info",), "GET", "TEI: the model, its kind and limits", "operations", response=Info),
+    Op(("/info", "/models/{name}/info"), "GET", "TEI: the model (the one the path names), its kind and limits",
+       "operations", response=Info),
+    Op(("/models/{name}/health",), "GET", "One model's health under its per-model base URL (huggingface_hub's "
+       "health_check): 200 while it serves, 503 while not loaded", "operations", response=Health),
     Op(("/models/{name}",), "POST", "Hugging Face Inference API: the task of the model's kind", "huggingface",
        HfRequest, Any),
     Op(("/",), "POST", "Hugging Face Inference API for the one model of a single-model config", "huggingface",

@@ -70,7 +70,8 @@ class ClassifyResponse(Response):
 
 
 OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
-    Op(("/predict",), "POST", "TEI: sequence classification, every label by score (the default classifier)",
+    Op(("/predict", "/models/{name}/predict"), "POST",
+       "TEI: sequence classification, every label by score (the default classifier)",
        "classifier", PredictRequest, list[LabelScore | list[LabelScore]]),
     Op(("/classify", "/v1/classify"), "POST", "infinity: text classification, every label by score", "classifier",
        ClassifyRequest, ClassifyResponse),
@@ -116,6 +117,7 @@ async def _plan(call: Call[Any], texts: list[str], pairs: list[str] | None, key:
 
 
 @routes.post("/predict")
+@routes.post("/models/{name}/predict")
 async def predict(request: web.Request) -> web.Response:
     call = await begin(request, "classifier", PredictRequest, named=False)
     req = call.req

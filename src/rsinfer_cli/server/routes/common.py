@@ -96,11 +96,12 @@ def _a(kind: str) -> str:
 
 
 async def begin(request: web.Request, kind: str, schema: type[Q], named: bool = True) -> Call[Q]:
-    """Decode the body into `schema` and pick the model: the one it names, else the default of `kind`
-    (`named=False`: always the default, for shapes without a `model` field)."""
+    """Decode the body into `schema` and pick the model: the one the path names (`/models/{name}/...`, TEI's routes
+    under a multi-model server's per-model base URL), else the one the body names, else the default of `kind`
+    (`named=False`: shapes without a `model` field)."""
     state = request.app[STATE]
     req = decode(await request.read(), schema)
-    name = getattr(req, "model", None) if named else None
+    name = request.match_info.get("name") or (getattr(req, "model", None) if named else None)
     model = state.registry.get(name if isinstance(name, str) else None, kind)
     return Call(state, req, model, request[RECORD])
 

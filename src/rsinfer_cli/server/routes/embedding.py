@@ -141,10 +141,12 @@ OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), 
     Op(("/v1/embeddings", "/embeddings"), "POST", "OpenAI / vLLM embeddings (and infinity's own path, without /v1)",
        "embedding", EmbeddingsRequest,
        EmbeddingsResponse),
-    Op(("/embed",), "POST", "TEI embeddings (the default embedding model)", "embedding", TeiEmbedRequest,
+    Op(("/embed", "/models/{name}/embed"), "POST", "TEI embeddings (the default embedding model, or the one the "
+       "path names)", "embedding", TeiEmbedRequest,
        list[list[float]]),
     Op(("/v1/embed", "/v2/embed"), "POST", "Cohere embed", "embedding", CohereEmbedRequest, CohereEmbedResponse),
-    Op(("/tokenize",), "POST", "TEI: tokens with offsets", "embedding", TokenizeRequest, list[list[Token]]),
+    Op(("/tokenize", "/models/{name}/tokenize"), "POST",
+       "TEI: tokens with offsets", "embedding", TokenizeRequest, list[list[Token]]),
     Op(("/decode",), "POST", "TEI: token ids back to text", "embedding", DecodeRequest, list[str]),
     Op(("/similarity",), "POST", "TEI: cosine similarity of sentences", "embedding", SimilarityRequest,
        list[float]),
@@ -189,6 +191,7 @@ async def openai_embeddings(request: web.Request) -> web.Response:
 
 
 @routes.post("/embed")
+@routes.post("/models/{name}/embed")
 async def tei_embed(request: web.Request) -> web.Response:
     call = await begin(request, "embedding", TeiEmbedRequest, named=False)
     req, pipe = call.req, call.pipeline(Embedder)
@@ -234,6 +237,7 @@ async def cohere_embed(request: web.Request) -> web.Response:
 
 
 @routes.post("/tokenize")
+@routes.post("/models/{name}/tokenize")
 async def tei_tokenize(request: web.Request) -> web.Response:
     """TEI: each input's tokens as `{id, text, special, start, stop}` (character offsets)."""
     call = await begin(request, "embedding", TokenizeRequest, named=False)

@@ -76,7 +76,8 @@ class TokenEmbeddingsResponse(Response):
 
 
 OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
-    Op(("/embed_all",), "POST", "TEI: every kept token's vector, per text (the default late-interaction model)",
+    Op(("/embed_all", "/models/{name}/embed_all"), "POST",
+       "TEI: every kept token's vector, per text (the default late-interaction model)",
        "late_interaction", TeiEmbedAllRequest, list[list[list[float]]]),
     Op(("/v1/embeddings/tokens",), "POST", "ColBERT token vectors per text, as queries or documents",
        "late_interaction", TokenEmbeddingsRequest, TokenEmbeddingsResponse),
@@ -97,6 +98,7 @@ async def _plan(call: Call[Any], value: str | list[str], key: str, **kw: Any) ->
 
 
 @routes.post("/embed_all")
+@routes.post("/models/{name}/embed_all")
 async def tei_embed_all(request: web.Request) -> web.Response:
     call = await begin(request, "late_interaction", TeiEmbedAllRequest, named=False)
     req = call.req

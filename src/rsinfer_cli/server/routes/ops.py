@@ -10,6 +10,7 @@ from aiohttp import web
 from ... import families
 from ...errors import public_text
 from ...jsonio import dumps, encode
+from ..kserve.extensions import model_ready
 from ..schemas import Health, Info, ModelList, NotReady
 from .common import STATE, json_response
 
@@ -81,18 +82,21 @@ async def models(request: web.Request) -> web.Response:
 
 
 @routes.get("/info")
+@routes.get("/models/{name}/info")
 async def info(request: web.Request) -> web.Response:
-    """TEI's `/info` for the one model (or the default embedding / rerank model): id, kind, limits. `version` is the
-    model's version: rsinfer shows no server version banner."""
+    """TEI's `/info` for the model the path names, or the one model (or the default embedding / rerank model): id,
+    kind, limits. `version` is the model's version: rsinfer shows no server version banner."""
     state = request.app[STATE]
     reg = state.registry
-    name = next(iter(reg.entries)) if len(reg.entries) == 1 else next(
-        (reg.defaults[f.kind] for f in families.all_families() if f.kind in reg.defaults), None)
+    name = request.match_info.get("name") or (next(iter(reg.entries)) if len(reg.entries) == 1 else next(
+        (reg.defaults[f.kind] for f in families.all_families() if f.kind in reg.defaults), None))
     if name is None:
         from ...errors import InputError
 
         raise InputError(f"several models are served ({', '.join(reg.entries)}) and none is a default; "
-                         "see /v1/models")
+                         "see /v1/models, or ask /models/{name}/info")
+    if name not in reg.entries:
+        raise reg.not_found(name)
     m = reg.entries[name][0]
     pipe = state.pipelines[m.key]
     info_type = families.get(m.kind).info_type or m.kind
@@ -103,6 +107,19 @@ async def info(request: web.Request) -> web.Response:
         max_batch_requests=None, max_client_batch_size=state.config.server.max_texts, max_batch_rows=pipe.max_rows,
         auto_truncate=m.config.truncate, tokenization_workers=state.runtime.prep_executor._max_workers,
         version=m.version or "1"))
+
+
+@routes.get("/models/{name}/health")
+async def model_health(request: web.Request) -> web.Response:
+    """A model's health under its per-model base URL (huggingface_hub's `health_check`): 200 while it serves, 503
+    with the reason while it is configured but not loaded, 404 for a name not configured."""
+    state = request.app[STATE]
+    name = request.match_info["name"]
+    ready, why = model_ready(state, name, None)
+    if not ready:
+        return web.Response(status=503, body=encode(NotReady(status="unavailable", reason=public_text(why))),
+                            content_type="application/json")
+    return json_response(Health(status="ok", models_loaded=1))
 
 
 @routes.get("/openapi.json")

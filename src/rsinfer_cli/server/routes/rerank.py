@@ -122,7 +122,8 @@ class ScoreResponse(Response):
 
 
 OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
-    Op(("/v1/rerank", "/rerank"), "POST", "Rerank (Cohere v1 / Jina; TEI's shape with `texts`)", "rerank",
+    Op(("/v1/rerank", "/rerank", "/models/{name}/rerank"), "POST",
+       "Rerank (Cohere v1 / Jina; TEI's shape with `texts`)", "rerank",
        RerankRequest, RerankResponse | list[TeiRankItem]),
     Op(("/v2/rerank",), "POST", "Cohere v2 rerank", "rerank", CohereV2RerankRequest, CohereV2RerankResponse),
     Op(("/v1/score", "/score"), "POST", "vLLM score: 1:1, 1:N or N:N pairs", "rerank", ScoreRequest,
@@ -194,6 +195,7 @@ async def _score(call: Call[Any], query: str, texts: list[str], *, raw: bool = F
 
 @routes.post("/v1/rerank")
 @routes.post("/rerank")
+@routes.post("/models/{name}/rerank")
 async def rerank(request: web.Request) -> web.Response:
     call = await begin(request, "rerank", RerankRequest)
     req, model = call.req, call.model

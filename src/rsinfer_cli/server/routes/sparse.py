@@ -85,7 +85,8 @@ class SparseResponse(Response):
 
 
 OPS: tuple[Op, ...] = (   # the route table of this family (server/schemas.py), for /openapi.json
-    Op(("/embed_sparse",), "POST", "TEI: SPLADE sparse embeddings, the non-zero weights by vocabulary id "
+    Op(("/embed_sparse", "/models/{name}/embed_sparse"), "POST",
+       "TEI: SPLADE sparse embeddings, the non-zero weights by vocabulary id "
        "(the default sparse model)", "sparse", TeiSparseRequest, list[list[SparseValue]]),
     Op(("/v1/embeddings/sparse",), "POST", "Sparse embeddings: indices and values per text, tokens on request",
        "sparse", SparseRequest, SparseResponse),
@@ -107,6 +108,7 @@ async def _plan(call: Call[Any], value: str | list[str], key: str, **kw: Any) ->
 
 
 @routes.post("/embed_sparse")
+@routes.post("/models/{name}/embed_sparse")
 async def tei_embed_sparse(request: web.Request) -> web.Response:
     call = await begin(request, "sparse", TeiSparseRequest, named=False)
     req = call.req
