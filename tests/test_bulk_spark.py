@@ -146,4 +146,4 @@ def test_json_records_by_policy_agree_across_executors(spark, shared_models):
     bad = spark.createDataFrame([(0, "[1]")], "id int, json string")
     errs = collected(bad.withColumn("c", rs.redact_json(path=str(shared_models / "rampart-pii"), policy=POLICY,
                                                         on_error="column")("json")))
-    assert errs[0].c.value is None and "not a JSON object" in errs[0].c.error
+    assert errs[0].c.value is None and "expected a JSON object, got list" in errs[0].c.error

@@ -74,6 +74,22 @@ def loads_exact(text: str) -> Any:
     return json.loads(text, parse_int=exact_int, parse_float=exact_float, parse_constant=kept_constant)
 
 
+def loads_record(text: str, where: str) -> dict[str, Any]:
+    """One JSON record (an object), its numbers as `loads_exact` keeps them; InputError naming `where` (a file's
+    line, a column's row) otherwise."""
+    import json
+
+    from .errors import InputError
+
+    try:
+        data = loads_exact(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 def dumps_sorted(obj: Any) -> str:
     """Compact JSON with sorted keys (a value redacted whole is this text of it)."""
     return orjson.dumps(obj, option=_OPTS | orjson.OPT_SORT_KEYS).decode("utf-8")

@@ -333,19 +333,9 @@ class Model:
         """Each text a JSON record, redacted by `policy` as `redact_records` does, back as compact JSON (numbers as
         written): the column function of Ray and Spark over a column of JSON records. A text that is not a JSON
         object is an InputError naming it (`input[3]`)."""
-        import json
+        from ..jsonio import dumps_line, loads_record
 
-        from ..jsonio import dumps_line, loads_exact
-
-        records = []
-        for i, text in enumerate(check_texts(texts)):
-            try:
-                record = loads_exact(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"input[{i}] is not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(record, dict):
-                raise InputError(f"input[{i}] is not a JSON object (a {type(record).__name__})")
-            records.append(record)
+        records = [loads_record(text, f"input[{i}]") for i, text in enumerate(check_texts(texts))]
         done = self._redact_own(records, policy, (mode, mask_char, replacement, _salt(salt), key), rules)
         return [dumps_line(r.record)[:-1] for r in done]
 

@@ -6,7 +6,6 @@ stdout carries data, stderr carries people-talk. Reading is lazy, so commands st
 from __future__ import annotations
 
 import io
-import json
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -99,15 +98,9 @@ def parse_json_line(line: str, lineno: int, name: str) -> dict[str, Any]:
     """One JSONL line → its object; InputError naming the source and line otherwise. A number that no Python int of
     64 bits or finite float holds (an id of 30 digits, 1e400, NaN) is kept as written, so the line it goes back to
     says the same."""
-    from ..jsonio import loads_exact
+    from ..jsonio import loads_record
 
-    try:
-        data = loads_exact(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{name}: line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{name}: line {lineno}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return loads_record(line, f"{name}: line {lineno}")
 
 
 def set_field(obj: dict[str, Any], path: str, value: Any) -> None:
