@@ -34,7 +34,7 @@ _rsinfer() {
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --hf) return ;;
                 --revision) return ;;
-                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
                 --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction tensor" -- "$cur")); return ;;
                 --compare) return ;;
                 --min-cosine) return ;;
@@ -55,7 +55,7 @@ _rsinfer() {
                 --assertion) return ;;
                 --threshold) return ;;
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-                --format) return ;;
+                --format) COMPREPLY=($(compgen -W "auto lines jsonl" -- "$cur")); return ;;
                 --field) return ;;
                 --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --column) return ;;
@@ -66,24 +66,24 @@ _rsinfer() {
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --hf) return ;;
                 --revision) return ;;
-                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--labels -l --multi-label --template --question --assertion --threshold --input -i --format --field --table --output -o --column --error-column --batch-size --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         colbert)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-                --format) return ;;
+                --format) COMPREPLY=($(compgen -W "auto lines jsonl" -- "$cur")); return ;;
                 --field) return ;;
                 --model|-m) return ;;
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --hf) return ;;
                 --revision) return ;;
-                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
                 --batch-size) return ;;
                 --prompt-name) return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--query --input -i --format --field --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --batch-size --prompt-name --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--query --input -i --format --field --model -m --config -c --path --hf --revision --dtype --truncate --no-truncate --batch-size --prompt-name --help -h" -- "$cur")) ;;
         detect)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -91,7 +91,7 @@ _rsinfer() {
                 --threshold) return ;;
                 --types) return ;;
                 --regions) return ;;
-                --on-error) return ;;
+                --on-error) COMPREPLY=($(compgen -W "fail skip keep" -- "$cur")); return ;;
                 --batch-lines) return ;;
                 --policy) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --patterns) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -104,7 +104,7 @@ _rsinfer() {
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --hf) return ;;
                 --revision) return ;;
-                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --threshold --types --regions --on-error --allow-missing --batch-lines --policy --patterns --allow --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         download)
@@ -113,14 +113,14 @@ _rsinfer() {
                 --file) return ;;
                 --subfolder) return ;;
                 --tokenizer-hf) return ;;
-                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
                 --cache-dir) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--revision --file --subfolder --tokenizer-hf --dtype --cache-dir --json --help -h" -- "$cur")) ;;
         embed)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-                --format) return ;;
+                --format) COMPREPLY=($(compgen -W "auto lines jsonl" -- "$cur")); return ;;
                 --field) return ;;
                 --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --column) return ;;
@@ -130,13 +130,13 @@ _rsinfer() {
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --hf) return ;;
                 --revision) return ;;
-                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
                 --dimensions) return ;;
                 --batch-size) return ;;
                 --prompt-name) return ;;
                 --prompt) return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --dimensions --normalize/--no-normalize --truncate/--no-truncate --batch-size --prompt-name --prompt --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --dimensions --normalize --no-normalize --truncate --no-truncate --batch-size --prompt-name --prompt --help -h" -- "$cur")) ;;
         inspect)
             case "$prev" in
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -146,7 +146,7 @@ _rsinfer() {
                 --file) return ;;
                 --subfolder) return ;;
                 --tokenizer-hf) return ;;
-                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
                 --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction tensor" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --path --hf --revision --file --subfolder --tokenizer-hf --dtype --kind --json --help -h" -- "$cur")) ;;
@@ -161,7 +161,7 @@ _rsinfer() {
                 --top-k) return ;;
                 --function) return ;;
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-                --format) return ;;
+                --format) COMPREPLY=($(compgen -W "auto lines jsonl" -- "$cur")); return ;;
                 --field) return ;;
                 --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --column) return ;;
@@ -172,12 +172,12 @@ _rsinfer() {
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --hf) return ;;
                 --revision) return ;;
-                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--top-k --raw --function --input -i --format --field --table --output -o --column --error-column --batch-size --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--top-k --raw --function --input -i --format --field --table --output -o --column --error-column --batch-size --model -m --config -c --path --hf --revision --dtype --truncate --no-truncate --help -h" -- "$cur")) ;;
         quantize)
             case "$prev" in
-                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dtype) COMPREPLY=($(compgen -W "int8 fp16 fp32" -- "$cur")); return ;;
                 --out) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --into) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction tensor" -- "$cur")); return ;;
@@ -191,12 +191,12 @@ _rsinfer() {
                 --max-delta) return ;;
                 --max-error) return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--dtype --per-channel/--per-tensor --optimize --out --overwrite --into --kind --texts --check/--no-check --speed-seconds --min-cosine --min-recall --min-rho --min-agreement --min-f1 --max-delta --max-error --json --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--dtype --per-channel --per-tensor --optimize --out --overwrite --into --kind --texts --check --no-check --speed-seconds --min-cosine --min-recall --min-rho --min-agreement --min-f1 --max-delta --max-error --json --help -h" -- "$cur")) ;;
         redact)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --field|-f) return ;;
-                --mode) return ;;
+                --mode) COMPREPLY=($(compgen -W "mask remove replace hash pseudonym numbered" -- "$cur")); return ;;
                 --mask-char) return ;;
                 --replacement) return ;;
                 --policy) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -204,7 +204,7 @@ _rsinfer() {
                 --threshold) return ;;
                 --types) return ;;
                 --regions) return ;;
-                --on-error) return ;;
+                --on-error) COMPREPLY=($(compgen -W "fail skip keep" -- "$cur")); return ;;
                 --hash-salt) return ;;
                 --batch-lines) return ;;
                 --patterns) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -217,14 +217,14 @@ _rsinfer() {
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --hf) return ;;
                 --revision) return ;;
-                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --mode --mask-char --replacement --policy --key-file --threshold --types --regions --spans --on-error --allow-missing --hash-salt --batch-lines --patterns --allow --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         rerank)
             case "$prev" in
                 --query|-q) return ;;
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-                --format) return ;;
+                --format) COMPREPLY=($(compgen -W "auto lines jsonl" -- "$cur")); return ;;
                 --field) return ;;
                 --top-n) return ;;
                 --model|-m) return ;;
@@ -232,23 +232,23 @@ _rsinfer() {
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --hf) return ;;
                 --revision) return ;;
-                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--query -q --input -i --format --field --top-n --raw --table --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--query -q --input -i --format --field --top-n --raw --table --model -m --config -c --path --hf --revision --dtype --truncate --no-truncate --help -h" -- "$cur")) ;;
         serve)
             case "$prev" in
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --host) return ;;
                 --port) return ;;
                 --log-level) COMPREPLY=($(compgen -W "debug info warning error" -- "$cur")); return ;;
-                --log-format) return ;;
+                --log-format) COMPREPLY=($(compgen -W "text json" -- "$cur")); return ;;
                 --workers) return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --host --port --log-level --log-format --workers --help -h" -- "$cur")) ;;
         sparse)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-                --format) return ;;
+                --format) COMPREPLY=($(compgen -W "auto lines jsonl" -- "$cur")); return ;;
                 --field) return ;;
                 --top-k) return ;;
                 --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -259,11 +259,11 @@ _rsinfer() {
                 --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --hf) return ;;
                 --revision) return ;;
-                --dtype) COMPREPLY=($(compgen -W "auto fp16 fp32 int8" -- "$cur")); return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
                 --batch-size) return ;;
                 --prompt-name) return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --top-k --tokens --table --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --truncate/--no-truncate --batch-size --prompt-name --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --top-k --tokens --table --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --truncate --no-truncate --batch-size --prompt-name --help -h" -- "$cur")) ;;
     esac
 }
 complete -o default -o bashdefault -F _rsinfer rsinfer

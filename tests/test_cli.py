@@ -60,7 +60,7 @@ def test_no_model_named_is_exit_2():
 
 def test_unknown_dtype_is_exit_2():
     proc = rsinfer("download", "org/x", "out", "--dtype", "bf3")
-    assert proc.returncode == 2 and "unknown --dtype 'bf3' (auto|fp32|fp16|int8)" in proc.stderr
+    assert proc.returncode == 2 and "Invalid value for '--dtype': 'bf3' is not one of 'auto', 'fp32'" in proc.stderr
 
 
 @pytest.mark.shared
@@ -152,10 +152,33 @@ class TestGenerated:
         for code in EXIT_DOCS:
             assert f".B {int(code)}\n" in page
 
+    def test_rendered_man_page_and_reference_keep_examples_apart(self):
+        """Rendered by groff as `man` would: every example command is a line of its own, `code` is set in bold
+        (no literal backticks), an unset option shows no default; on the site, `--min-*/--max-*` is no emphasis."""
+        from rsinfer_cli.cli.appspec import blocks, commands
+
+        groff = shutil.which("groff")
+        if groff is None:
+            pytest.skip("groff is not installed")
+        proc = subprocess.run([groff, "-man", "-Tutf8", "-rLL=200n", str(ROOT / "man/rsinfer.1")],
+                              capture_output=True, text=True, timeout=30, env={**os.environ, "LC_ALL": "C.UTF-8"})
+        assert proc.returncode == 0, proc.stderr
+        page = re.sub(r".\x08", "", proc.stdout)             # overstrike bold/underline to plain text
+        lines = {" ".join(line.split()) for line in page.splitlines()}
+        examples = [cmd for c in commands() for kind, body in blocks(c.help) if kind == "code"
+                    for cmd in body.splitlines()]
+        assert len(examples) > 20
+        missing = [cmd for cmd in examples if " ".join(cmd.split()) not in lines]
+        assert not missing, missing
+        assert "`" not in page and "(None, None)" not in page
+        reference = (ROOT / "docs/reference/cli.md").read_text(encoding="utf-8")
+        assert "--min-\\*/--max-\\*" in reference and "```sh\nrsinfer quantize models/minilm" in reference
+
     @pytest.mark.parametrize(("words", "expected"), [
         ("rsinfer ", None),  # every command
         ("rsinfer inspect --dt", {"--dtype"}),
-        ("rsinfer inspect --dtype ", {"auto", "fp16", "fp32", "int8"}),
+        ("rsinfer inspect --dtype ", {"auto", "fp32", "f32", "float32", "fp16", "f16", "half", "float16", "int8", "q8",
+                                      "quantized"}),
         ("rsinfer download org/x out --d", {"--dtype"}),
     ])
     def test_bash_completion_works(self, words, expected):

@@ -1,16 +1,12 @@
-"""The Typer app read as data: each command with its parameters (from the declarations, not from Typer's click
-internals), the root help and the environment variables rsinfer reads. The generated artefacts - completions and
-the man page (cli/docgen.py), the docs site's CLI reference (cli/docref.py) - are all made from it."""
+"""The Typer app read as data: each command with its parameters as the parser sees them (typer.main.get_command:
+a flag pair is two words, a Literal-typed option has its choices), the root help and the environment variables
+rsinfer reads. The generated artefacts - completions and the man page (cli/docgen.py), the docs site's CLI
+reference (cli/docref.py) - are all made from it."""
 
 from __future__ import annotations
 
-import inspect
-import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-from typer.models import ArgumentInfo, OptionInfo
 
 from .app import app
 
@@ -28,7 +24,9 @@ ENVIRONMENT = {
 
 @dataclass(frozen=True)
 class Param:
-    """One command parameter, read from the Typer app's declarations (not from Typer's click internals)."""
+    """One command parameter as the parser sees it (click's view of the Typer app, through typer.main.get_command):
+    a boolean flag pair is `opts` ("--normalize") and `secondary` ("--no-normalize"), never one
+    "--normalize/--no-normalize" word; an option typed as a Literal has its `choices`."""
 
     kind: str                 # option | argument
     name: str
@@ -39,6 +37,13 @@ class Param:
     is_path: bool
     required: bool
     metavar: str
+    secondary: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        """Every word that names this option on the command line."""
+        return self.opts + self.secondary
 
 
 @dataclass(frozen=True)
@@ -48,28 +53,50 @@ class Command:
     params: tuple[Param, ...]
 
 
-def params_of(callback: Any) -> tuple[Param, ...]:
-    hints = typing.get_type_hints(callback)
-    out = []
-    for p in inspect.signature(callback).parameters.values():
-        info = p.default
-        tp = hints.get(p.name)
-        is_path = tp is Path or (typing.get_origin(tp) is not None and Path in typing.get_args(tp))
-        is_flag = tp is bool
-        if isinstance(info, OptionInfo):
-            opts = tuple(info.param_decls or ()) or (f"--{p.name.replace('_', '-')}",)
-            out.append(Param("option", p.name, opts, info.help or "", info.default, is_flag, is_path,
-                             info.default is ..., info.metavar or ("PATH" if is_path else p.name.upper())))
-        elif isinstance(info, ArgumentInfo):
-            out.append(Param("argument", p.name, (), info.help or "", info.default, False, is_path,
-                             info.default is ..., info.metavar or p.name.upper()))
-    return tuple(out)
+def blocks(text: str) -> list[tuple[str, str]]:
+    """A help text as ("text", one line of prose) and ("code", lines) blocks: paragraphs indented by two spaces are
+    commands (the Examples), each kept as its own line; adjacent ones form one block."""
+    out: list[tuple[str, str]] = []
+    for para in (p for p in text.split("\n\n") if p.strip()):
+        lines = para.strip("\n").splitlines()
+        if all(line.startswith("  ") for line in lines):
+            code = "\n".join(line[2:] for line in lines)
+            if out and out[-1][0] == "code":
+                out[-1] = ("code", out[-1][1] + "\n" + code)
+            else:
+                out.append(("code", code))
+        else:
+            out.append(("text", " ".join(para.split())))
+    return out
+
+
+def _default(value: Any) -> Any:
+    """A default worth printing: click's (None, None) for an unset two-value option is no default."""
+    if isinstance(value, (tuple, list)) and all(v is None for v in value):
+        return None
+    return value
+
+
+def _param(p: Any) -> Param:
+    is_path = p.type.name == "path"
+    choices = tuple(str(c) for c in getattr(p.type, "choices", ()) or ())
+    metavar = p.metavar or ("PATH" if is_path else p.name.upper())
+    if p.param_type_name == "argument":
+        return Param("argument", p.name, (), getattr(p, "help", None) or "", _default(p.default), False, is_path,
+                     p.required, metavar, choices=choices)
+    return Param("option", p.name, tuple(p.opts), p.help or "", _default(p.default), bool(p.is_flag), is_path,
+                 p.required, metavar, tuple(p.secondary_opts), choices)
 
 
 def commands() -> list[Command]:
-    cmds = [Command(str(c.name or getattr(c.callback, "__name__", "")),
-                    c.help or (getattr(c.callback, "__doc__", "") or ""), params_of(c.callback))
-            for c in app.registered_commands]
+    import typer.main
+
+    parsed = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    cmds = []
+    for c in app.registered_commands:
+        name = str(c.name or getattr(c.callback, "__name__", ""))
+        params = tuple(_param(p) for p in parsed[name].params if p.name != "help")
+        cmds.append(Command(name, c.help or (getattr(c.callback, "__doc__", "") or ""), params))
     return sorted(cmds, key=lambda c: c.name)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT, print_json, progress_bar
+from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT, Dtype, Kind, print_json, progress_bar
 from .quantize import GATES, SPEED_OPT, GateFlags, finish, gate_command
 
 EXAMPLES = """
@@ -246,8 +246,8 @@ def bench_cmd(
     path: Path = PATH_OPT,
     hf: str = HF_OPT,
     revision: str = REVISION_OPT,
-    dtype: str = DTYPE_OPT,
-    kind: str = typer.Option(None, "--kind", help="Pipeline of a --path/--hf model (default: from config.json)."),
+    dtype: Dtype = DTYPE_OPT,
+    kind: Kind = typer.Option(None, "--kind", help="Pipeline of a --path/--hf model (default: from config.json)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON for programs instead of a table."),
     compare: tuple[str, str] = typer.Option((None, None), "--compare",
                                             help="In-process: the quality gate between two graphs of the model, "

@@ -16,6 +16,7 @@ from .common import (
     INPUT_OPT,
     MODEL_FLAGS,
     TABLE_OUTPUT_OPT,
+    Format,
     ModelFlags,
     model_command,
 )
@@ -38,7 +39,7 @@ def predict_cmd(
     function: str = typer.Option(None, "--function",
                                  help="sigmoid | softmax | none (default: the model's function_to_apply)."),
     input_: Path = INPUT_OPT,
-    fmt: str = FORMAT_OPT,
+    fmt: Format = FORMAT_OPT,
     field: str = FIELD_OPT,
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
     output: Path = TABLE_OUTPUT_OPT,

@@ -11,9 +11,11 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
+
+from .. import families
 
 # the loading machinery is the public API's (one path): re-exported for the commands and for plug-ins' commands
 from ..api.loading import OneShot, guess_source_kind, load_pipeline, model_from_options
@@ -28,7 +30,17 @@ REVISION_OPT = typer.Option("main", "--revision", help="Branch, tag or commit (w
 FILE_OPT = typer.Option(None, "--file", help="Pin the graph file, e.g. onnx/model_fp16.onnx.")
 SUBFOLDER_OPT = typer.Option(None, "--subfolder", help="Extra folder to search for the graph and aux files.")
 TOKENIZER_HF_OPT = typer.Option(None, "--tokenizer-hf", help="Repo with tokenizer.json when the model's lacks it.")
-DTYPE_OPT = typer.Option("auto", "--dtype", help="Graph precision preference: auto, fp32, fp16 or int8.")
+# An option that takes one of a known set is typed as a Literal: Typer makes it a click Choice, so a wrong value is
+# a usage error (exit 2) before any work, --help lists the values and the completions offer exactly these words.
+Dtype = Literal["auto", "fp32", "f32", "float32", "fp16", "f16", "half", "float16", "int8", "q8", "quantized"]
+Format = Literal["auto", "lines", "jsonl"]
+if TYPE_CHECKING:
+    Kind = str
+else:       # every registered family (a Literal made at run time: mypy sees a str)
+    Kind = Literal[families.kinds()]
+
+DTYPE_OPT = typer.Option("auto", "--dtype", help="Graph precision preference: auto, fp32, fp16 or int8 (or "
+                         "their aliases: float32, half, q8, ...).")
 JSON_OPT = typer.Option(False, "--json", help="Print JSON for programs instead of a table.")
 MODEL_OPT = typer.Option(None, "--model", "-m", help="Model name in --config.")
 INPUT_OPT = typer.Option(None, "--input", "-i", help="File of lines or JSONL records ('-' = stdin).")
@@ -57,7 +69,7 @@ MODEL_FLAGS = ModelFlags()   # the default of a `source: ModelFlags` parameter (
 # the options a `source: ModelFlags` parameter stands for, in the order --help lists them
 SOURCE_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("model", str, MODEL_OPT), ("config", Path, CONFIG_OPT), ("path", Path, PATH_OPT), ("hf", str, HF_OPT),
-    ("revision", str, REVISION_OPT), ("dtype", str, DTYPE_OPT))
+    ("revision", str, REVISION_OPT), ("dtype", Dtype, DTYPE_OPT))
 
 
 def flag_group(param: str, cls: Callable[..., Any],

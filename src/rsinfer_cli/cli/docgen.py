@@ -12,17 +12,11 @@ import re
 import sys
 from pathlib import Path
 
-from .. import __version__, families
-from ..config import DTYPE_ALIASES
+from .. import __version__
 from .app import EXIT_DOCS
-from .appspec import ENVIRONMENT, Command, Param, commands, root_help
+from .appspec import ENVIRONMENT, Command, Param, blocks, commands, root_help
 
-# value completions for options that take a known set (their types stay str to accept aliases)
-CHOICES = {
-    "--dtype": sorted(set(DTYPE_ALIASES.values())),
-    "--kind": list(families.kinds()),
-    "--log-level": ["debug", "info", "warning", "error"],
-}
+
 def _first_sentence(text: str | None) -> str:
     text = " ".join((text or "").split())
     m = re.match(r"(.+?\.)(\s|$)", text)
@@ -35,10 +29,6 @@ def _options(cmd: Command) -> list[Param]:
 
 def _arguments(cmd: Command) -> list[Param]:
     return [p for p in cmd.params if p.kind == "argument"]
-
-
-def _longest(opt: Param) -> str:
-    return max(opt.opts, key=len)
 
 
 def _help_opts() -> list[str]:
@@ -68,15 +58,15 @@ def bash() -> str:
             if o.is_flag:
                 continue
             words = "|".join(o.opts)
-            if _longest(o) in CHOICES:
-                lines.append(f'                {words}) COMPREPLY=($(compgen -W "{" ".join(CHOICES[_longest(o)])}" '
+            if o.choices:
+                lines.append(f'                {words}) COMPREPLY=($(compgen -W "{" ".join(o.choices)}" '
                              '-- "$cur")); return ;;')
             elif o.is_path:
                 lines.append(f'                {words}) COMPREPLY=($(compgen -f -- "$cur")); return ;;')
             else:
                 lines.append(f"                {words}) return ;;")
         lines.append("            esac")
-        all_opts = " ".join([w for o in opts for w in o.opts] + _help_opts())
+        all_opts = " ".join([w for o in opts for w in o.words] + _help_opts())
         lines.append(f'            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "{all_opts}" -- "$cur")) ;;')
     lines += ["    esac", "}", "complete -o default -o bashdefault -F _rsinfer rsinfer", ""]
     return "\n".join(lines)
@@ -108,12 +98,12 @@ def zsh() -> str:
         name = cmd.name
         specs = []
         for o in _options(cmd):
-            for flag in o.opts:
+            for flag in o.words:
                 desc = _zq(o.help or "")
                 if o.is_flag:
                     specs.append(f"'{flag}[{desc}]'")
-                elif _longest(o) in CHOICES:
-                    specs.append(f"'{flag}=[{desc}]:value:({' '.join(CHOICES[_longest(o)])})'")
+                elif o.choices:
+                    specs.append(f"'{flag}=[{desc}]:value:({' '.join(o.choices)})'")
                 elif o.is_path:
                     specs.append(f"'{flag}=[{desc}]:path:_files'")
                 else:
@@ -148,11 +138,11 @@ def fish() -> str:
         name = cmd.name
         cond = f"-n '__fish_seen_subcommand_from {name}'"
         for o in _options(cmd):
-            flags = " ".join(f"-l {f[2:]}" if f.startswith("--") else f"-s {f[1:]}" for f in o.opts)
+            flags = " ".join(f"-l {f[2:]}" if f.startswith("--") else f"-s {f[1:]}" for f in o.words)
             if o.is_flag:
                 extra = ""
-            elif _longest(o) in CHOICES:
-                extra = f" -x -a '{' '.join(CHOICES[_longest(o)])}'"
+            elif o.choices:
+                extra = f" -x -a '{' '.join(o.choices)}'"
             elif o.is_path:
                 extra = " -r -F"
             else:
@@ -171,8 +161,31 @@ def _roff(text: str) -> str:
     return "\n".join(("\\&" + line) if line.startswith((".", "'")) else line for line in text.splitlines())
 
 
+def _prose(text: str) -> str:
+    """Prose for roff: `code` in bold, as man pages set commands and options."""
+    return re.sub(r"`([^`]+)`", r"\\fB\1\\fR", _roff(text))
+
+
+def _help(text: str) -> list[str]:
+    """A command's help: prose paragraphs, and its Examples as unfilled, indented lines (one command a line)."""
+    out: list[str] = []
+    for kind, body in blocks(text):
+        out.append(".PP")
+        out += [".RS 4", ".nf", _roff(body), ".fi", ".RE"] if kind == "code" else [_prose(body)]
+    return out
+
+
+def _param_help(p: Param) -> str:
+    text = p.help
+    if p.choices:
+        text += f" (one of: {', '.join(p.choices)})"
+    if not p.is_flag and p.default not in (None, ..., ""):
+        text += f" (default: {p.default})"
+    return _prose(text)
+
+
 def _opt_synopsis(o: Param) -> str:
-    flags = ", ".join(f"\\fB{_roff(f)}\\fR" for f in o.opts)
+    flags = ", ".join(f"\\fB{_roff(f)}\\fR" for f in o.words)
     if o.is_flag:
         return flags
     return f"{flags} \\fI{_roff(o.metavar)}\\fR"
@@ -197,23 +210,18 @@ def man() -> str:
         out.append(f'.SS "rsinfer {name}"')
         out.append(f".B rsinfer {name}")
         out.append(f"{args} [\\fIOPTIONS\\fR]".strip())
-        out.append(".PP")
-        out.append(_roff(" ".join((cmd.help or "").split())))
+        out += _help(cmd.help or "")
         for a in _arguments(cmd):
-            out += [".TP", f"\\fI{a.metavar}\\fR", _roff(a.help)]
+            out += [".TP", f"\\fI{a.metavar}\\fR", _param_help(a)]
         for o in _options(cmd):
-            out += [".TP", _opt_synopsis(o)]
-            text = o.help
-            if not o.is_flag and o.default not in (None, ..., ""):
-                text += f" (default: {o.default})"
-            out.append(_roff(text))
+            out += [".TP", _opt_synopsis(o), _param_help(o)]
         out += [".TP", "\\fB\\-h\\fR, \\fB\\-\\-help\\fR", "Show the command's help and exit."]
     out.append(".SH EXIT STATUS")
     for code, doc in EXIT_DOCS.items():
-        out += [".TP", f".B {int(code)}", _roff(doc[0].upper() + doc[1:] + ".")]
+        out += [".TP", f".B {int(code)}", _prose(doc[0].upper() + doc[1:] + ".")]
     out.append(".SH ENVIRONMENT")
     for var, doc in ENVIRONMENT.items():
-        out += [".TP", f".B {var}", _roff(doc[0].upper() + doc[1:] + ".")]
+        out += [".TP", f".B {var}", _prose(doc[0].upper() + doc[1:] + ".")]
     out += [".SH SEE ALSO", "The README, the docs/ site (docs/reference/configuration.md, cli.md, metrics.md) and "
             "config.example.yaml of the rsinfer project.", ""]
     return "\n".join(out)

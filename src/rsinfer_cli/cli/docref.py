@@ -183,36 +183,51 @@ def configuration_md() -> str:
 
 def cli_md() -> str:
     from .app import EXIT_DOCS
-    from .appspec import ENVIRONMENT, commands, root_help
+    from .appspec import ENVIRONMENT, blocks, commands, root_help
 
     out = [HEADER.format(src="the Typer app (src/rsinfer_cli/cli/)"), "# CLI reference", "",
-           " ".join(root_help().split()), ""]
+           _prose(" ".join(root_help().split())), ""]
     for cmd in commands():
-        out += [f"## `rsinfer {cmd.name}`", "", " ".join(cmd.help.split()), ""]
+        out += [f"## `rsinfer {cmd.name}`", ""]
+        for kind, body in blocks(cmd.help):
+            out += ["```sh", body, "```", ""] if kind == "code" else [_prose(body), ""]
         args = [p for p in cmd.params if p.kind == "argument"]
         opts = [p for p in cmd.params if p.kind == "option"]
         if args:
             out += ["| argument | what |", "|---|---|"]
-            out += [f"| `{p.metavar}`{'' if p.required else ' (optional)'} | {_cell(p.help)} |" for p in args]
+            out += [f"| `{p.metavar}`{'' if p.required else ' (optional)'} | {_what(p)} |" for p in args]
             out.append("")
         if opts:
             out += ["| option | default | what |", "|---|---|---|"]
             for p in opts:
-                names = ", ".join(f"`{o}`" for o in p.opts) + ("" if p.is_flag else f" `{p.metavar}`")
+                names = ", ".join(f"`{o}`" for o in p.words) + ("" if p.is_flag else f" `{p.metavar}`")
                 default = "" if p.is_flag or p.default in (None, ..., "", ()) else f"`{_value(p.default)}`"
-                out.append(f"| {names} | {default} | {_cell(p.help)} |")
+                out.append(f"| {names} | {default} | {_what(p)} |")
             out.append("")
     out += ["## Exit codes", "", "| code | meaning |", "|---|---|"]
-    out += [f"| {int(code)} | {doc} |" for code, doc in EXIT_DOCS.items()]
+    out += [f"| {int(code)} | {_cell(doc)} |" for code, doc in EXIT_DOCS.items()]
     out += ["", "## Environment", "", "| variable | what |", "|---|---|"]
-    out += [f"| `{var}` | {doc} |" for var, doc in ENVIRONMENT.items()]
+    out += [f"| `{var}` | {_cell(doc)} |" for var, doc in ENVIRONMENT.items()]
     out.append("")
     return "\n".join(out)
 
 
 def _cell(text: str) -> str:
-    """One table cell: one line, `|` escaped, `<` as an entity (Markdown would read `<dir>` as a tag)."""
-    return " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;")
+    """One table cell: one line of _prose, `|` escaped."""
+    return _prose(" ".join(text.split())).replace("|", "\\|")
+
+
+def _prose(text: str) -> str:
+    """Markdown of plain help text: outside `code` spans, `*` and `_` are literal (`--min-*/--max-*` is no
+    emphasis) and `<` an entity (Markdown would read `<dir>` as a tag)."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(part if i % 2 else re.sub(r"([*_])", r"\\\1", part).replace("<", "&lt;")
+                   for i, part in enumerate(parts))
+
+
+def _what(p: Any) -> str:
+    """An option's or argument's cell: its help, and the values it takes where they are a known set."""
+    return _cell(p.help) + (f" One of: {', '.join(f'`{c}`' for c in p.choices)}." if p.choices else "")
 
 
 # ------------------------------------------------------------ metrics

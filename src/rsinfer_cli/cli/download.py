@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from .. import families
-from .common import DTYPE_OPT, FILE_OPT, JSON_OPT, SUBFOLDER_OPT, TOKENIZER_HF_OPT, print_json
+from .common import DTYPE_OPT, FILE_OPT, JSON_OPT, SUBFOLDER_OPT, TOKENIZER_HF_OPT, Dtype, print_json
 
 
 def human_size(n: float) -> str:
@@ -64,25 +64,20 @@ def download_cmd(
     file: str = FILE_OPT,
     subfolder: str = SUBFOLDER_OPT,
     tokenizer_hf: str = TOKENIZER_HF_OPT,
-    dtype: str = DTYPE_OPT,
+    dtype: Dtype = DTYPE_OPT,
     cache_dir: Path = typer.Option(None, "--cache-dir", help="HF cache to download through (default: HF_HOME)."),
     json_out: bool = JSON_OPT,
 ) -> None:
     from contextlib import nullcontext
 
     from ..config import hub_cache_dir, normalize_dtype
-    from ..errors import ConfigError
     from ..hub import ModelSource, download
     from .common import stderr_is_tty
 
-    try:
-        dtype = normalize_dtype(dtype)
-    except ValueError:
-        raise ConfigError(f"unknown --dtype '{dtype}' (auto|fp32|fp16|int8)") from None
     # a graph alone is a model (kind: tensor): the tokenizer comes along where the repo has one
     spec = ModelSource(hf=repo, revision=revision, file=file, subfolder=subfolder, tokenizer_hf=tokenizer_hf,
                        needs_tokenizer=False,
-                       dtype=dtype)
+                       dtype=normalize_dtype(dtype))   # an alias (Dtype) to its canonical name
     cache = cache_dir / "hf" if cache_dir else hub_cache_dir()
     progress = RichProgress() if stderr_is_tty() and not json_out else None
     with progress or nullcontext():

@@ -14,6 +14,7 @@ from .common import (
     FORMAT_OPT,
     INPUT_OPT,
     MODEL_FLAGS,
+    Format,
     ModelFlags,
     model_command,
 )
@@ -43,7 +44,7 @@ Examples:
 def embed_cmd(
     texts: list[str] = typer.Argument(None, help="Texts to embed (else --input or stdin)."),
     input_: Path = INPUT_OPT,
-    fmt: str = FORMAT_OPT,
+    fmt: Format = FORMAT_OPT,
     field: str = FIELD_OPT,
     output: Path = typer.Option(None, "--output", "-o", help="Write a float32 .npy [n, dim] instead of JSONL; with a "
                                 ".parquet or .csv --input: .parquet, .csv or .jsonl (every column kept, `embedding` "

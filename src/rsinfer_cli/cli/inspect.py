@@ -17,6 +17,8 @@ from .common import (
     REVISION_OPT,
     SUBFOLDER_OPT,
     TOKENIZER_HF_OPT,
+    Dtype,
+    Kind,
     print_json,
 )
 
@@ -129,8 +131,8 @@ def inspect_cmd(
     file: str = FILE_OPT,
     subfolder: str = SUBFOLDER_OPT,
     tokenizer_hf: str = TOKENIZER_HF_OPT,
-    dtype: str = DTYPE_OPT,
-    kind: str = KIND_OPT,
+    dtype: Dtype = DTYPE_OPT,
+    kind: Kind = KIND_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     import dataclasses

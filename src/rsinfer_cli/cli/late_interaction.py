@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, ModelFlags, model_command
+from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, Format, ModelFlags, model_command
 
 EXAMPLES = """
 
@@ -31,7 +31,7 @@ def colbert_cmd(
     query: bool = typer.Option(False, "--query", help="Encode as queries ([Q] prefix, [MASK] expansion) instead of "
                                                       "documents."),
     input_: Path = INPUT_OPT,
-    fmt: str = FORMAT_OPT,
+    fmt: Format = FORMAT_OPT,
     field: str = FIELD_OPT,
     source: ModelFlags = MODEL_FLAGS,
     truncate: bool = typer.Option(None, "--truncate/--no-truncate",

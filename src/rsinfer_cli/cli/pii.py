@@ -6,7 +6,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import typer
 
@@ -38,7 +38,9 @@ Examples:
 """
 
 SPANS_KEY = "pii_spans"
-ON_ERROR = ("fail", "skip", "keep")
+OnError = Literal["fail", "skip", "keep"]
+ON_ERROR = get_args(OnError)
+Mode = Literal["mask", "remove", "replace", "hash", "pseudonym", "numbered"]   # pipelines/replacer.py's MODES
 # the options `redact` and `detect` share
 INPUT_LINES_OPT = typer.Option(None, "--input", "-i", help="JSONL (or --plain) file; default stdin ('-').")
 PLAIN_OPT = typer.Option(False, "--plain", help="Lines are plain text, not JSONL.")
@@ -428,7 +430,7 @@ def redact_cmd(
     input_: Path = INPUT_LINES_OPT,
     fields: list[str] = typer.Option(None, "--field", "-f", help="Field to redact (dotted path; repeatable)."),
     plain: bool = PLAIN_OPT,
-    mode: str = typer.Option("mask", "--mode", help="mask, remove, replace (<TYPE>), hash (salted sha256), "
+    mode: Mode = typer.Option("mask", "--mode", help="mask, remove, replace (<TYPE>), hash (salted sha256), "
                              "pseudonym (keyed: the same value the same token in every run) or numbered "
                              "(<PERSON_1> in order of appearance, per record)."),
     mask_char: str = typer.Option("*", "--mask-char", help="The character that replaces each masked one."),
@@ -442,7 +444,7 @@ def redact_cmd(
     regions: str = REGIONS_OPT,
     spans: bool = typer.Option(False, "--spans", help=f"Add the redacted spans under `{SPANS_KEY}`: type, score, "
                                "offsets and replacement, never the removed value."),
-    on_error: str = ON_ERROR_OPT,
+    on_error: OnError = ON_ERROR_OPT,
     allow_missing: bool = ALLOW_MISSING_OPT,
     hash_salt: str = typer.Option(None, "--hash-salt", envvar="RSINFER_PII_HASH_SALT", show_envvar=False,
                                   help="Salt for --mode hash (also $RSINFER_PII_HASH_SALT)."),
@@ -470,7 +472,7 @@ def detect_cmd(
     threshold: float = THRESHOLD_OPT,
     types: str = TYPES_OPT,
     regions: str = REGIONS_OPT,
-    on_error: str = ON_ERROR_OPT,
+    on_error: OnError = ON_ERROR_OPT,
     allow_missing: bool = ALLOW_MISSING_OPT,
     batch_lines: int = typer.Option(256, "--batch-lines", help="Lines scanned together (memory stays bounded)."),
     policy: Path = POLICY_OPT,

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
 
-from .common import JSON_OPT, flag_group
+from .common import JSON_OPT, Kind, flag_group
 
 EXAMPLES = """
 
@@ -23,6 +23,8 @@ Examples:
 
   rsinfer quantize Xenova/all-MiniLM-L6-v2 --into models/minilm --dtype fp16
 """
+
+QuantizeDtype = Literal["int8", "fp16", "fp32"]    # what engine/quantize.py converts to (OUTPUT_NAMES)
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,8 @@ SPEED_OPT = typer.Option(1.0, "--speed-seconds", help="The check's timing: secon
 @gate_command
 def quantize_cmd(
     model: str = typer.Argument(..., help="A model folder, or a Hub repo id (downloaded first, into --into)."),
-    dtype: str = typer.Option(..., "--dtype", help="int8 (dynamic quantization) | fp16 (inputs and outputs stay "
-                                                   "float32) | fp32 (with --optimize: the fusions alone)."),
+    dtype: QuantizeDtype = typer.Option(..., "--dtype", help="int8 (dynamic quantization) | fp16 (inputs and "
+                                        "outputs stay float32) | fp32 (with --optimize: the fusions alone)."),
     per_channel: bool = typer.Option(None, "--per-channel/--per-tensor",
                                      help="int8: one scale per output channel (the default: on all-MiniLM-L6-v2 "
                                           "it keeps the mean cosine at 0.993 where one scale per tensor gives "
@@ -78,7 +80,7 @@ def quantize_cmd(
                                                               "model_quantized.onnx): refused without it."),
     into: Path = typer.Option(None, "--into", help="For a Hub repo: the folder to download it into (default: "
                                                    "./<repo name>)."),
-    kind: str = typer.Option(None, "--kind", help="The family whose pipeline checks the result (default: from "
+    kind: Kind = typer.Option(None, "--kind", help="The family whose pipeline checks the result (default: from "
                                                   "the folder)."),
     texts: Path = typer.Option(None, "--texts", help="Texts for the check, one per line (default: a built-in "
                                                      "corpus of 300 varied texts)."),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, ModelFlags, model_command
+from .common import FIELD_OPT, FORMAT_OPT, INPUT_OPT, MODEL_FLAGS, Format, ModelFlags, model_command
 
 EXAMPLES = """
 
@@ -24,7 +24,7 @@ def rerank_cmd(
     documents: list[str] = typer.Argument(None, help="Documents to score (else --input or stdin)."),
     query: str = typer.Option(..., "--query", "-q", help="The query every document is scored against."),
     input_: Path = INPUT_OPT,
-    fmt: str = FORMAT_OPT,
+    fmt: Format = FORMAT_OPT,
     field: str = FIELD_OPT,
     top_n: int = typer.Option(None, "--top-n", help="Keep the N best documents."),
     raw: bool = typer.Option(False, "--raw", help="Raw logits instead of scores in (0, 1)."),

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import typer
 
 if TYPE_CHECKING:
     from ..config import Config
 
-LEVELS = ("debug", "info", "warning", "error")
+LogLevel = Literal["debug", "info", "warning", "error"]
+LogFormat = Literal["text", "json"]
+LEVELS = get_args(LogLevel)
 
 
 def serve_cmd(
@@ -19,8 +21,9 @@ def serve_cmd(
     host: str = typer.Option(None, "--host", help="Address to listen on, HTTP and gRPC (overrides the host of "
                              "server.bind and server.grpc_bind)."),
     port: int = typer.Option(None, "--port", help="Port to listen on (overrides server.bind)."),
-    log_level: str = typer.Option("info", "--log-level", help="debug, info (one line per request), warning or error."),
-    log_format: str = typer.Option(None, "--log-format", help="text or json: one object per line (overrides "
+    log_level: LogLevel = typer.Option("info", "--log-level", case_sensitive=False,
+                                   help="debug, info (one line per request), warning or error."),
+    log_format: LogFormat = typer.Option(None, "--log-format", help="text or json: one object per line (overrides "
                                    "server.log_format)."),
     workers: str = typer.Option(None, "--workers", help="Front-end processes beside one engine process per device: "
                                 "a number or auto (overrides server.workers; 1: one process)."),

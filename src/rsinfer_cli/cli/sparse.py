@@ -16,6 +16,7 @@ from .common import (
     INPUT_OPT,
     MODEL_FLAGS,
     TABLE_OUTPUT_OPT,
+    Format,
     ModelFlags,
     model_command,
 )
@@ -36,7 +37,7 @@ Examples:
 def sparse_cmd(
     texts: list[str] = typer.Argument(None, help="Texts to encode (else --input or stdin)."),
     input_: Path = INPUT_OPT,
-    fmt: str = FORMAT_OPT,
+    fmt: Format = FORMAT_OPT,
     field: str = FIELD_OPT,
     top_k: int = typer.Option(None, "--top-k", help="Keep the K largest weights per text (default: all, or the "
                                                     "model's max_active_dims)."),

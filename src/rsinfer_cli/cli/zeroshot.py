@@ -15,6 +15,7 @@ from .common import (
     INPUT_OPT,
     MODEL_FLAGS,
     TABLE_OUTPUT_OPT,
+    Format,
     ModelFlags,
     model_command,
 )
@@ -44,7 +45,7 @@ def classify_cmd(
     assertion: str = typer.Option(None, "--assertion", help="True/false: the statement to judge (beats --question)."),
     threshold: float = typer.Option(0.5, "--threshold", help="True/false: is_true when P(true) >= this."),
     input_: Path = INPUT_OPT,
-    fmt: str = FORMAT_OPT,
+    fmt: Format = FORMAT_OPT,
     field: str = FIELD_OPT,
     table: bool = typer.Option(False, "--table", help="A table for people instead of JSONL."),
     output: Path = TABLE_OUTPUT_OPT,
