@@ -238,3 +238,114 @@ def test_docs_cli_table_lists_every_command():
     listed = {m.group(1) for line in rows if (m := re.match(r"\| `rsinfer (\w+)", line))}
     commands = {c.name for c in app.registered_commands}
     assert listed == commands, (sorted(commands - listed), sorted(listed - commands))
+
+
+class TestExitCodes:
+    """One test per documented exit code (EXIT_DOCS, the table in the man page and docs/reference/cli.md), each
+    through the command line; a code added without a case here fails test_every_code_has_a_case."""
+
+    CASES = ("ok", "internal", "usage", "input", "hub", "model", "busy", "gate", "interrupted")
+
+    def test_every_code_has_a_case(self):
+        from rsinfer_cli.cli.app import EXIT_DOCS, ExitCode
+
+        assert {ExitCode[c.upper()] if c not in ("ok", "internal", "hub") else
+                {"ok": ExitCode.OK, "internal": ExitCode.ERROR, "hub": ExitCode.HUB}[c] for c in self.CASES} \
+            == set(EXIT_DOCS)
+        reference = (ROOT / "docs/reference/cli.md").read_text(encoding="utf-8")
+        assert all(f"\n| {int(code)} | " in reference for code in EXIT_DOCS)
+        assert "Exit codes: 0 ok" not in (ROOT / "docs/cli.md").read_text(encoding="utf-8")   # one table, generated
+
+    @staticmethod
+    def _model(tmp_path):
+        return synth.write_model_dir(tmp_path / "m")
+
+    def test_0_ok(self, tmp_path):
+        proc = rsinfer("embed", "--path", str(self._model(tmp_path)), "hello")
+        assert proc.returncode == 0 and json.loads(proc.stdout)["index"] == 0
+
+    def test_1_internal_error(self, tmp_path, monkeypatch, capsys):
+        from rsinfer_cli.cli import app
+
+        def bug(*_a, **_k):
+            raise ZeroDivisionError("a bug")
+
+        monkeypatch.setattr("rsinfer_cli.cli.common.open_model", bug)
+        with pytest.raises(SystemExit) as exc:
+            app.main(["embed", "--path", str(self._model(tmp_path)), "hello"])
+        assert exc.value.code == 1
+        assert "internal error: ZeroDivisionError: a bug (set RSINFER_DEBUG=1" in capsys.readouterr().err
+
+    def test_2_usage(self):
+        proc = rsinfer("embed", "--normalize/--no-normalize", "x")
+        assert proc.returncode == 2 and "No such option" in proc.stderr
+
+    def test_3_input(self, tmp_path):
+        bad = tmp_path / "in.jsonl"
+        bad.write_text('{"text": "a"}\n{"text": \n', encoding="utf-8")
+        proc = rsinfer("embed", "--path", str(self._model(tmp_path)), "--input", str(bad))
+        assert proc.returncode == 3 and "line 2" in proc.stderr
+
+    @pytest.mark.parametrize("command", ["embed", "serve"])
+    def test_4_model_files_unavailable(self, tmp_path, command):
+        """The same missing folder is exit 4 for `serve` as for a one-shot command (serve said 5)."""
+        cfg = tmp_path / "cfg.yaml"
+        cfg.write_text(f"server: {{bind: '127.0.0.1:9'}}\nmodels:\n  - {{name: m, kind: embedding, "
+                       f"path: '{tmp_path / 'gone'}'}}\n", encoding="utf-8")
+        args = ["embed", "--config", str(cfg), "-m", "m", "x"] if command == "embed" else ["serve", "--config",
+                                                                                             str(cfg)]
+        proc = rsinfer(*args)
+        assert proc.returncode == 4, proc.stderr
+        assert "does not exist or is not a folder" in proc.stderr
+
+    def test_5_model(self, tmp_path):
+        folder = self._model(tmp_path)
+        (folder / "onnx" / "model.onnx").write_bytes(b"not a graph")
+        proc = rsinfer("embed", "--path", str(folder), "x")
+        assert proc.returncode == 5 and "Traceback" not in proc.stderr
+
+    def test_6_busy(self, tmp_path, monkeypatch, capsys):
+        from rsinfer_cli.cli import app
+        from rsinfer_cli.errors import Saturated
+
+        def full(*_a, **_k):
+            raise Saturated("model 'm' is saturated (queue full)")
+
+        monkeypatch.setattr("rsinfer_cli.cli.common.open_model", full)
+        with pytest.raises(SystemExit) as exc:
+            app.main(["embed", "--path", str(self._model(tmp_path)), "hello"])
+        assert exc.value.code == 6 and "saturated" in capsys.readouterr().err
+
+    def test_7_gate(self, tmp_path):
+        import numpy as np
+        import onnx
+        from onnx import numpy_helper
+
+        folder = self._model(tmp_path)
+        graph = onnx.load(str(folder / "onnx" / "model.onnx"))
+        table = numpy_helper.to_array(graph.graph.initializer[0])
+        graph.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.roll(table, 1, axis=1), "table"))
+        onnx.save(graph, str(folder / "onnx" / "other.onnx"))
+        proc = rsinfer("bench", "--path", str(folder), "--compare", "onnx/model.onnx", "onnx/other.onnx",
+                       "--min-cosine", "0.99", "--speed-seconds", "0", "--json")
+        assert proc.returncode == 7, proc.stderr
+        assert json.loads(proc.stdout)["gate"]["passed"] is False
+
+    def test_130_interrupted(self, tmp_path):
+        import signal
+
+        proc = subprocess.Popen([sys.executable, "-m", "rsinfer_cli", "embed", "--path", str(self._model(tmp_path))],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "RSINFER_LOG_LEVEL": "INFO"})
+        try:
+            proc.stdin.write("first line\n")          # read before the model loads
+            proc.stdin.flush()
+            for _ in range(200):                      # the model is loaded; the command waits for stdin
+                line = proc.stderr.readline()
+                if not line or " loaded: " in line:
+                    break
+            proc.send_signal(signal.SIGINT)
+            err = proc.communicate(timeout=30)[1]
+        finally:
+            proc.kill()
+        assert proc.returncode == 130, err

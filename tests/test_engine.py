@@ -19,6 +19,7 @@ from rsinfer_cli.engine.registry import Registry
 from rsinfer_cli.engine.scheduler import Scheduler
 from rsinfer_cli.engine.session import plan_eps, sample_feeds
 from rsinfer_cli.errors import (
+    HubError,
     InputError,
     KindMismatch,
     ModelLoadError,
@@ -337,12 +338,19 @@ class TestRegistry:
                                        {"name": "gone", "kind": "embedding", "path": str(tmp_path / "nope")},
                                        {"name": "broken", "kind": "embedding", "path": cfg.models[0].path,
                                         "file": "onnx/missing.onnx"}]})
-        with pytest.raises(ModelLoadError) as info:
+        with pytest.raises(HubError) as info:       # both are files not there: exit 4, as a one-shot command says
             Registry.load(bad)
         msg = str(info.value)
         assert msg.startswith("failed to load 2 model(s):")
         assert "model 'gone' (models[1]): model folder" in msg
         assert "model 'broken' (models[2]): `file: onnx/missing.onnx`" in msg
+        corrupt = tmp_path / "corrupt"
+        synth.write_model_dir(corrupt)
+        (corrupt / "onnx" / "model.onnx").write_bytes(b"not a graph")
+        mixed = parse_config({"models": [{"name": "gone", "kind": "embedding", "path": str(tmp_path / "nope")},
+                                         {"name": "corrupt", "kind": "embedding", "path": str(corrupt)}]})
+        with pytest.raises(ModelLoadError, match="failed to load 2 model"):
+            Registry.load(mixed)
 
     def test_replicas_and_budget_from_config(self, tmp_path):
         from rsinfer_cli.server.app import create_app

@@ -13,6 +13,8 @@ from pathlib import Path
 from .. import families
 from ..config import Config, ModelConfig
 from ..errors import (
+    ConfigError,
+    HubError,
     InputError,
     KindMismatch,
     ModelLoadError,
@@ -139,7 +141,7 @@ class Registry:
                     failures.append((where, exc))
         if failures:
             lines = "\n".join(f"  {w}: {e}" for w, e in failures)
-            raise ModelLoadError(f"failed to load {len(failures)} model(s):\n{lines}") from failures[0][1]
+            raise _common_error(failures)(f"failed to load {len(failures)} model(s):\n{lines}") from failures[0][1]
         return cls(loaded, {m.name: m for m in config.models}, plan)
 
     def not_found(self, name: str) -> ModelNotFound:
@@ -187,6 +189,15 @@ class Registry:
         have = ", ".join(self.versions(name)) or "1"
         raise VersionNotFound(f"model '{name}' has no version '{version}' (versions: {have})", param="model_version",
                               model=name)
+
+
+def _common_error(failures: list[tuple[str, BaseException]]) -> type[RsinferError]:
+    """The error class of a failed start: the failures' own kind where all share one (files the Hub or a folder
+    could not provide are a HubError, exit 4 as in the one-shot commands), else ModelLoadError (exit 5)."""
+    for kind in (ConfigError, HubError):
+        if all(isinstance(exc, kind) for _, exc in failures):
+            return kind
+    return ModelLoadError
 
 
 def _a(word: str) -> str:
