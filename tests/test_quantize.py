@@ -186,3 +186,43 @@ def test_what_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sympy" else real(name, *a))
     with pytest.raises(ConfigError, match=r"needs the sympy package: pip install 'rsinfer\[quantize\]'"):
         q.require_onnx()
+
+
+def test_progress_on_a_terminal(tmp_path):
+    """On a terminal, quantize shows each long step (rich, on stderr): the conversion, then the check's loading,
+    comparing and timing, each with its elapsed time; in a pipe (every other test) nothing but the result."""
+    import os
+    import pty
+    import select
+    import time
+
+    import synth
+
+    folder = synth.write_model_dir(tmp_path / "m")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "rsinfer_cli", "quantize", str(folder), "--dtype", "fp16",
+                             "--speed-seconds", "0.1", "--json"], stdout=subprocess.PIPE, stderr=slave,
+                            stdin=subprocess.DEVNULL, env={**os.environ, "TERM": "xterm", "COLUMNS": "160"})
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:       # the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, seen.decode(errors="replace")
+    assert json.loads(out)["check"]["kind"] == "embedding"
+    screen = seen.decode("utf-8", errors="replace")
+    for step in ("converting model.onnx to fp16", "loading both graphs", "comparing the two graphs on 300 texts",
+                 "timing both graphs (0.1 s per batch size and round)"):
+        assert step in screen, screen[-2000:]

@@ -9,8 +9,8 @@ from typing import Any
 
 import typer
 
-from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT, Dtype, Kind, print_json, progress_bar
-from .quantize import GATES, SPEED_OPT, GateFlags, finish, gate_command
+from .common import CONFIG_OPT, DTYPE_OPT, HF_OPT, PATH_OPT, REVISION_OPT, Dtype, Kind, phases, print_json, progress_bar
+from .quantize import GATES, SPEED_OPT, GateFlags, finish, gate_command, labelled
 
 EXAMPLES = """
 
@@ -311,8 +311,10 @@ def _compare(cfg: Any, server: Any, sides: tuple[str, str], corpus: Path | None,
         if ep and ep not in EPS:
             raise ConfigError(f"--compare {side}: unknown execution provider '{ep}' (one of {', '.join(EPS)})")
         configs.append(dataclasses.replace(cfg, file=file or cfg.file, eps=(ep,) if ep else cfg.eps, replicas=1))
-    report = compare(configs[0], configs[1], server, _corpus(corpus) if corpus is not None else builtin(),
-                     cache_dir=hub_cache_dir(server.hf_cache_dir), speed_seconds=speed_seconds)
+    texts = _corpus(corpus) if corpus is not None else builtin()
+    with phases(3 if speed_seconds > 0 else 2) as step:
+        report = compare(configs[0], configs[1], server, texts, cache_dir=hub_cache_dir(server.hf_cache_dir),
+                         speed_seconds=speed_seconds, on_step=labelled(step, len(texts), speed_seconds))
     finish(report, gates, {"model": cfg.name, "a": sides[0], "b": sides[1],
                            "check": {"kind": report.kind, **report.metrics, **report.speed}}, json_out)
 

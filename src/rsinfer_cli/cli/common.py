@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import os
 import sys
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -133,6 +134,28 @@ def progress_bar(total: int | None, label: str) -> Any:
 
     return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=Console(stderr=True), disable=not stderr_is_tty(), transient=True)
+
+
+@contextlib.contextmanager
+def phases(total: int) -> Iterator[Callable[[str], None]]:
+    """Progress through a few long steps on stderr (a terminal only): a spinner, the step's name, the steps done
+    of `total` and the time elapsed; `step(label)` starts the next one."""
+    from rich.console import Console
+    from rich.progress import MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=Console(stderr=True), disable=not stderr_is_tty(), transient=True)
+    with progress:
+        task = progress.add_task("", total=total)
+        begun = [False]
+
+        def step(label: str) -> None:
+            if begun[0]:
+                progress.advance(task)
+            begun[0] = True
+            progress.update(task, description=label, refresh=True)   # drawn now, however short the step
+
+        yield step
 
 
 # tables (cli/tables.py): Parquet or CSV in and out, by the files' extensions

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import typer
 
-from .common import JSON_OPT, Kind, flag_group
+from .common import JSON_OPT, Kind, flag_group, phases
 
 EXAMPLES = """
 
@@ -98,7 +98,9 @@ def quantize_cmd(
         raise ConfigError(f"--kind must be one of {', '.join(families.kinds())}, got '{kind}'")
     folder, source = _source(model, into)
     per_channel = (dtype == "int8") if per_channel is None else per_channel
-    done = quantize(source, dtype, per_channel=per_channel, optimize=optimize, out=out, overwrite=overwrite)
+    with phases(1) as step:     # onnxruntime's converters report nothing: a spinner and the time it has taken
+        step(f"converting {source.name} to {dtype}" + (" (fusions first)" if optimize else ""))
+        done = quantize(source, dtype, per_channel=per_channel, optimize=optimize, out=out, overwrite=overwrite)
     result: dict[str, Any] = {"source": str(done.source), "output": str(done.output), "dtype": dtype,
                               "per_channel": per_channel, "optimized": optimize, "bytes": done.bytes,
                               "source_bytes": done.source_bytes}
@@ -107,7 +109,8 @@ def quantize_cmd(
 
         typer.echo(f"wrote {done.output} ({human_size(done.bytes)}; the original {human_size(done.source_bytes)})")
     if check:
-        report = compare_graphs(folder, source, done.output, kind, texts, speed_seconds)
+        with phases(3 if speed_seconds > 0 else 2) as step:
+            report = compare_graphs(folder, source, done.output, kind, texts, speed_seconds, on_step=step)
         result["check"] = {"kind": report.kind, **report.metrics, **report.speed}
         finish(report, gates, result, json_out)
     elif json_out:
@@ -150,7 +153,7 @@ def original_graph(folder: Path) -> Path:
 
 
 def compare_graphs(folder: Path, a: Path, b: Path, kind: str | None, texts: Path | None,
-                   speed_seconds: float = 1.0) -> Any:
+                   speed_seconds: float = 1.0, on_step: Any = None) -> Any:
     """The model's pipeline over graph a and graph b (files of `folder`) on the same texts."""
     import dataclasses
 
@@ -165,8 +168,16 @@ def compare_graphs(folder: Path, a: Path, b: Path, kind: str | None, texts: Path
     base = ModelConfig(name=name, kind=kind, path=str(folder), replicas=1)
     rel = [str(p.absolute().relative_to(folder.absolute())) if p.absolute().is_relative_to(folder.absolute())
            else str(p.absolute()) for p in (a, b)]     # symlinks not followed: the folder's own names
+    chosen = read_texts(texts, "--texts") if texts is not None else corpus()
     return compare(dataclasses.replace(base, file=rel[0]), dataclasses.replace(base, file=rel[1]), ServerConfig(),
-                   read_texts(texts, "--texts") if texts is not None else corpus(), speed_seconds=speed_seconds)
+                   chosen, speed_seconds=speed_seconds, on_step=labelled(on_step, len(chosen), speed_seconds))
+
+
+def labelled(on_step: Any, texts: int, speed_seconds: float) -> Any:
+    """compare's phases as the progress line says them."""
+    labels = {"loading": "loading both graphs", "checking": f"comparing the two graphs on {texts} texts",
+              "timing": f"timing both graphs ({speed_seconds:g} s per batch size and round)"}
+    return None if on_step is None else (lambda phase: on_step(labels.get(phase, phase)))
 
 
 def finish(report: Any, gates: GateFlags, result: dict[str, Any], json_out: bool) -> None:

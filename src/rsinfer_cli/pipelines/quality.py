@@ -191,9 +191,11 @@ def speed(a: RowPipeline, b: RowPipeline, batches: Sequence[int] = (1, 32), leng
 
 
 def compare(a_cfg: Any, b_cfg: Any, server: Any, texts: Sequence[str], *, cache_dir: Any = None,
-            speed_seconds: float = 1.0) -> Report:
+            speed_seconds: float = 1.0, on_step: Callable[[str], None] | None = None) -> Report:
     """Load the model twice (two ModelConfigs: another graph file, or other execution providers), run its
-    family's quality check on `texts`, and time both (`speed`, `speed_seconds` per measurement; 0: not timed)."""
+    family's quality check on `texts`, and time both (`speed`, `speed_seconds` per measurement; 0: not timed).
+    `on_step` hears each phase start (the CLI's progress): "loading", "checking", "timing"."""
+    step = on_step or (lambda _phase: None)
     from .. import families
     from ..engine.model import load_model
     from ..errors import ConfigError
@@ -205,7 +207,11 @@ def compare(a_cfg: Any, b_cfg: Any, server: Any, texts: Sequence[str], *, cache_
         raise ConfigError(f"the quality gate does not cover kind {a_cfg.kind} (it covers {have})")
     from . import build_pipeline
 
+    step("loading")
     a = build_pipeline(load_model(a_cfg, server, cache_dir))
     b = build_pipeline(load_model(b_cfg, server, cache_dir))
-    return Report(a_cfg.kind, dict(check(a, b, texts)),
-                  speed(a, b, seconds=speed_seconds) if speed_seconds > 0 else {})
+    step("checking")
+    metrics = dict(check(a, b, texts))
+    if speed_seconds > 0:
+        step("timing")
+    return Report(a_cfg.kind, metrics, speed(a, b, seconds=speed_seconds) if speed_seconds > 0 else {})
