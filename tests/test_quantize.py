@@ -180,7 +180,7 @@ def test_what_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="--out must end in .onnx"):
         q.output_path(src, "int8", False, tmp_path / "x.bin")
     typo = rsinfer("quantize", str(tmp_path), "--dtype", "int8", "--kind", "embeddings")
-    assert typo.returncode == 2 and "--kind must be one of" in typo.stderr
+    assert typo.returncode == 2 and "Invalid value for '--kind': 'embeddings' is not one of" in typo.stderr
     assert not (tmp_path / "model_quantized.onnx").exists()            # refused before any conversion
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sympy" else real(name, *a))
