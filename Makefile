@@ -12,8 +12,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-install: $(BIN)/python        ## rsinfer with the CPU onnxruntime wheel
+install: $(BIN)/rsinfer       ## rsinfer with the CPU onnxruntime wheel (again only when pyproject.toml changes)
+
+# a file target: `make serve` installs once, then starts with no package index (an air-gapped host, a restart)
+$(BIN)/rsinfer: pyproject.toml | $(BIN)/python
 	$(PIP) install -q -e .
+	@touch $@
 
 dev: $(BIN)/python            ## rsinfer plus the test tools
 	$(PIP) install -q -e '.[test]'

@@ -54,7 +54,8 @@ def pyplot() -> Any:
 
 def save_chart(fig: Any, path: Path) -> None:
     """A benchmark's figure, laid out, as the PNG at `path` (its folder made when missing)."""
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:      # a figure made with layout="constrained" lays itself out
+        fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
 

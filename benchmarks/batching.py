@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _serve import CHARTS, Serve, plan_of, pyplot, save_chart, write_results
+from _serve import Serve, plan_of, write_results
 
 ROOT = Path(__file__).resolve().parent
 SHARED = Path(os.environ.get("RSINFER_SHARED_MODELS") or ROOT.parents[1] / "shared" / "models")
@@ -245,25 +245,6 @@ def machine() -> str:
             f"onnxruntime {onnxruntime.__version__}; run on {time.strftime('%Y-%m-%d')}")
 
 
-def chart(path: Path, rows: list[dict], ceilings: dict[str, float]) -> None:
-    """Texts/s per workload, batching on and off, with the in-process ceiling of the workloads that have one."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(9, 3.8))
-    x = np.arange(len(rows))
-    ax.bar(x - 0.2, [r["on_texts_s"] for r in rows], 0.4, label="rsinfer, batching on (the default)")
-    ax.bar(x + 0.2, [r["off_texts_s"] for r in rows], 0.4, label="rsinfer, batching off")
-    for i, r in enumerate(rows):
-        kind = next((k for k in ceilings if k in r["workload"]), None)   # one client has no batch to reach
-        if kind is not None:
-            ax.hlines(ceilings[kind], i - 0.45, i + 0.45, colors="black", linestyles="dashed",
-                      label="raw pipeline in-process, the best batch (ceiling)" if i == 0 else None)
-    ax.set_xticks(x, [r["workload"] for r in rows], fontsize=8)
-    ax.set_ylabel("texts/s (rerank: pairs/s)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    save_chart(fig, path)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-seconds", type=float, default=30, help="per workload and mode")
@@ -316,7 +297,15 @@ def main() -> int:
         ratio = f"{r['on_over_ceiling']:.2f}" if r["on_over_ceiling"] is not None else "-"
         text.append(f"| {r['workload']} | {r['on_texts_s']:.1f} | {r['off_texts_s']:.1f} | {r['on_over_off']:.2f} "
                     f"| {ratio} | {r['p50_on_ms']:.1f} | {r['p50_off_ms']:.1f} | {r['errors']} |")
-    chart(CHARTS / "batching.png", rows, {"short": ceil_short, "mixed": ceil_mixed})
+    from charts import draw
+
+    ceiling_of = {"short": ceil_short, "mixed": ceil_mixed}    # one client has no batch to reach
+    draw("batching", {"title": "Texts per second per workload, cross-request batching on and off",
+                      "note": f"benchmarks/batching.py, all-MiniLM-L6-v2, tiny-reranker-1 and rampart-pii, the "
+                              f"default config, on {machine()}",
+                      "rows": [{"workload": r["workload"], "on": r["on_texts_s"], "off": r["off_texts_s"],
+                                "ceiling": next((c for k, c in ceiling_of.items() if k in r["workload"]), None)}
+                               for r in rows]})
     text += ["", "Drawn in `docs/charts/batching.png` (on the docs' performance page): texts/s per workload, batching "
              "on and off, beside the in-process ceiling.", ""]
     lat = next((r for r in rows if "latency" in r["workload"]), None)

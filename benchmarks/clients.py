@@ -19,8 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _serve import CHARTS, Serve, plan_of, pyplot, save_chart, write_results
+from _serve import Serve, plan_of, write_results
 from batching import ROOT, SHARED, Raw, ceiling, drive, machine, queries
+from charts import draw
 
 MODEL = SHARED / "all-minilm-l6-v2"
 CLIENTS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -38,33 +39,10 @@ def batch_one(raw: Raw, texts: list[str], seconds: float) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def chart(path: Path, rows: list[dict], ceil: float, single: float) -> None:
-    """Texts/s and p50/p95 latency against clients, with the raw pipeline's two baselines."""
-    plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    xs = [r["clients"] for r in rows]
-    left.plot(xs, [r["rps"] for r in rows], marker="o", label="rsinfer serve, the defaults")
-    left.axhline(ceil, color="black", linestyle="dashed", label="raw pipeline, the best batch (ceiling)")
-    left.axhline(single, color="gray", linestyle="dotted", label="raw pipeline, batch 1")
-    left.set_ylabel("texts/s")
-    right.plot(xs, [r["p50_ms"] for r in rows], marker="o", label="p50")
-    right.plot(xs, [r["p95_ms"] for r in rows], marker="o", label="p95")
-    right.set_ylabel("latency (ms)")
-    right.set_yscale("log")
-    for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(xs, [str(x) for x in xs])
-        ax.set_xlabel("concurrent clients, one short query each")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    save_chart(fig, path)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=10, help="of load per number of clients")
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
-    ap.add_argument("--chart", type=Path, default=CHARTS / "clients.png")
     args = ap.parse_args()
     texts = queries(20_000, 1)
     ceil, best = ceiling(MODEL, texts[:1000], [1, 8, 16, 32, 64])
@@ -83,7 +61,11 @@ def main() -> int:
                 if r["errors"]:
                     raise SystemExit(f"{r['errors']} requests failed at {n} clients")
                 rows.append({"clients": n, **r})
-    chart(args.chart, rows, ceil, single)
+    draw("clients", {"title": "Throughput and latency against concurrent clients",
+                     "note": f"benchmarks/clients.py, all-MiniLM-L6-v2, short queries to /v1/embeddings, the "
+                             f"defaults, on {machine()}",
+                     "rows": [{k: r[k] for k in ("clients", "rps", "p50_ms", "p95_ms")} for r in rows],
+                     "ceiling": ceil, "batch1": single})
     lines = ["", "## Throughput and latency against clients (`clients.py`)", "",
              f"Machine: {machine()}. Reproduce: `.venv/bin/python benchmarks/clients.py` (all-MiniLM-L6-v2, short "
              f"queries to `/v1/embeddings`, {args.seconds:g} s per number of clients, one server with the defaults: "

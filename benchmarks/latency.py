@@ -41,8 +41,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _serve import CHARTS, Serve, free_port, pyplot, save_chart, write_results
+from _serve import Serve, free_port, write_results
 from batching import SHARED, machine
+from charts import draw
 from grpc_floor import SERVER as GRPC_SERVER
 
 ROOT = Path(__file__).resolve().parent
@@ -274,29 +275,12 @@ def table(sides: list[Side], split: bool) -> list[str]:
     return lines
 
 
-def chart(path: Path, workloads: list[tuple[str, list[Side]]]) -> None:
-    plt = pyplot()
-    fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 3.6))
-    for ax, (title, sides) in zip(axes, workloads, strict=True):
-        qs = [50, 75, 90, 95, 99]
-        for s in sides:
-            ax.plot(qs, [s.p(q) for q in qs], marker="o", label=s.label)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("percentile")
-        ax.set_ylabel("ms")
-        ax.set_xticks(qs)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    save_chart(fig, path)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--before-src", type=Path, help="another checkout's src/, measured as one more side")
     ap.add_argument("--before-label", default="before")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--out", type=Path, default=ROOT / "RESULTS.md")
-    ap.add_argument("--chart", type=Path, default=CHARTS / "latency.png")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
         http = http_sides(stack, Path(d), args.before_src, args.before_label)
@@ -316,12 +300,15 @@ def main() -> int:
         "timing headers):", "", *table(http, split=True), "",
         "KServe gRPC `ModelInfer`, add_one [1, 4] (tritonclient.grpc):", "", *table(grpc, split=False), "",
         f"Each side's percentiles{' but the before side' if args.before_src else ''} are drawn in "
-        f"`docs/charts/{args.chart.name}` (on the docs' performance page).", ""]
-    args.chart.parent.mkdir(parents=True, exist_ok=True)
-    product = [(title, [s for s in sides if args.before_src is None or s.label != args.before_label])
-               for title, sides in (("/v1/embeddings, all-MiniLM-L6-v2, one client", http),
-                                    ("KServe gRPC add_one, one client", grpc))]
-    chart(args.chart, product)      # the docs' chart: the product beside its baselines (the before side: the table)
+        "`docs/charts/latency.png` (on the docs' performance page).", ""]
+    # the docs' chart: the product beside its baselines (the before side is the table's)
+    qs = (50, 75, 90, 95, 99)
+    panels = [{"title": title, "sides": [{"label": s.label, "percentiles": {str(q): s.p(q) for q in qs}}
+                                         for s in sides if args.before_src is None or s.label != args.before_label]}
+              for title, sides in (("/v1/embeddings, all-MiniLM-L6-v2, one short query", http),
+                                   ("KServe gRPC ModelInfer, add_one [1, 4] (tritonclient.grpc)", grpc))]
+    draw("latency", {"title": "One client, one request at a time: latency percentiles",
+                     "note": f"benchmarks/latency.py on {machine()}", "panels": panels})
     return write_results(args.out, lines)
 
 

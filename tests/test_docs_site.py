@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -17,10 +19,32 @@ def test_mkdocs_build_strict(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    perf = (tmp_path / "site" / "performance" / "index.html").read_text(encoding="utf-8")
+    site = tmp_path / "site"
+    perf = (site / "performance.html").read_text(encoding="utf-8")
     assert "Server CPU per small request" in perf        # benchmarks/RESULTS.md is included, not copied
-    config = (tmp_path / "site" / "reference" / "configuration" / "index.html").read_text(encoding="utf-8")
+    # ... under the page's own title: one H1, so the table of contents lists every benchmark's section
+    assert perf.count("<h1") == 1
+    sections = len(re.findall(r"^## ", (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8"), re.M))
+    assert len(set(re.findall(r'href="#([^"]+)"', perf))) > sections > 20
+    config = (site / "reference" / "configuration.html").read_text(encoding="utf-8")
     assert "server.request_timeout_ms" in config
+    _works_from_disk(site)
+
+
+def _works_from_disk(site: Path) -> None:
+    """An air-gapped reader opens site/index.html from disk: nothing is loaded from another host (no web fonts,
+    scripts or styles from a CDN), and every link between pages names a file, never a folder (which a browser
+    shows as a directory listing from file://)."""
+    for page in (p for p in site.rglob("*.html") if p.name != "404.html"):   # 404: a server's page
+        html = page.read_text(encoding="utf-8")
+        loads = re.findall(r'<(?:script|img|iframe)[^>]*\ssrc="(https?:)?//[^"]+"|<link[^>]*href="(?:https?:)?//[^"]+"',
+                           html)
+        assert not loads, (page, loads)
+        for target in re.findall(r'<a[^>]*\shref="([^"#?]+)[^"]*"', html):
+            if re.match(r"[a-z]+:", target):
+                continue
+            resolved = (page.parent / target).resolve()
+            assert resolved.is_file(), (page.relative_to(site), target)
 
 
 def test_readme_links_resolve_and_every_page_is_in_the_nav():
@@ -63,3 +87,27 @@ def test_a_benchmark_rewrites_its_own_section_and_keeps_the_snippet_markers(tmp_
     assert out.read_text(encoding="utf-8") == (
         "# Results\n\n## A (`a.py`)\n\nnew a\n\n<!-- --8<-- [start:b] -->\n## B (`b.py`)\n\nnew b\n"
         "<!-- --8<-- [end:b] -->\n\n## C (`c.py`)\n\nold c\n\n## D (`d.py`)\n\nnew d\n")
+
+
+def test_charts_carry_title_machine_and_data(tmp_path):
+    """Each chart on the performance page has its data beside it (docs/charts/<name>.json, which
+    benchmarks/charts.py redraws from) with a title and a note naming the script, the model and the machine it was
+    measured on; drawn, its axes start at 0."""
+    import json
+
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    shown = re.findall(r"\]\(charts/(\w+)\.png\)", page)
+    assert sorted(shown) == ["batching", "clients", "latency"]
+    for name in shown:
+        data = json.loads((ROOT / "docs" / "charts" / f"{name}.json").read_text(encoding="utf-8"))
+        assert data["title"] and f"benchmarks/{name}.py" in data["note"] and "cores" in data["note"], data["note"]
+    pytest.importorskip("matplotlib", reason="the bench extra draws the charts")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from charts import DRAW, draw
+
+    for name in shown:
+        data = json.loads((ROOT / "docs" / "charts" / f"{name}.json").read_text(encoding="utf-8"))
+        assert draw(name, data, tmp_path).stat().st_size > 10_000
+        fig = DRAW[name](data)
+        assert fig._suptitle.get_text() == data["title"]
+        assert all(ax.get_ylim()[0] == 0 for ax in fig.axes)

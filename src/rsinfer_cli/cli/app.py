@@ -74,9 +74,16 @@ def exit_code_for(exc: BaseException) -> ExitCode:
     return ExitCode.ERROR
 
 
+SUMMARY = ("Serve and run embeddings (dense, sparse, ColBERT), rerankers, classifiers, NLI zero-shot, PII "
+           "detection and redaction, and any ONNX graph as tensors, on ONNX Runtime.")
+
+# the kinds from the registry: a family added is a line here, never a stale count
+HELP = SUMMARY + "\n\nModel kinds (`kind:` in the config):\n\n" + "\n".join(
+    f"- {f.kind}: {f.summary}" for f in families.all_families())
+
 app = typer.Typer(
     name="rsinfer",
-    help="Serve and run embeddings, rerankers, PII redaction and NLI classification on ONNX Runtime.",
+    help=HELP,
     no_args_is_help=True,
     add_completion=False,  # static scripts ship in completions/ (no Python start per <TAB>)
     pretty_exceptions_enable=False,
@@ -95,12 +102,10 @@ def root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    """Serve and run embeddings, rerankers, PII redaction and NLI classification on ONNX Runtime.
+    """The root: its help is HELP, the summary and every registered model kind (exit codes: `man rsinfer`)."""
 
-    Exit codes: 0 ok, 1 internal error, 2 usage or config error, 3 bad input data, 4 model files
-    unavailable (Hub or folder), 5 model load or inference failure, 6 model busy, 130 interrupted
-    (see `man rsinfer`).
-    """
+
+root.__doc__ = HELP
 
 
 _COMMANDS: dict[str, tuple[families.Command, str | None]] = {

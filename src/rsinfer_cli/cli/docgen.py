@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from .. import __version__
-from .app import EXIT_DOCS
+from .app import EXIT_DOCS, SUMMARY
 from .appspec import ENVIRONMENT, Command, Param, blocks, commands, root_help
 
 
@@ -184,6 +184,18 @@ def _param_help(p: Param) -> str:
     return _prose(text)
 
 
+def _description(text: str) -> list[str]:
+    """The root help: its paragraphs, and its `- item` lines as a bulleted list."""
+    out: list[str] = []
+    for para in text.split("\n\n"):
+        lines = para.strip().splitlines()
+        if lines and all(line.startswith("- ") for line in lines):
+            out += [x for line in lines for x in (".IP \\(bu 2", _prose(line[2:]))]
+        else:
+            out += [".PP", _prose(" ".join(para.split()))]
+    return out
+
+
 def _opt_synopsis(o: Param) -> str:
     flags = ", ".join(f"\\fB{_roff(f)}\\fR" for f in o.words)
     if o.is_flag:
@@ -194,12 +206,13 @@ def _opt_synopsis(o: Param) -> str:
 def man() -> str:
     out = [f'.TH RSINFER 1 "" "rsinfer {__version__}" "User Commands"',
            ".SH NAME",
-           "rsinfer \\- serve and run embeddings, rerankers, PII redaction and NLI classification on ONNX Runtime",
+           "rsinfer \\- " + _roff(SUMMARY[0].lower() + SUMMARY[1:].rstrip(".")),
            ".SH SYNOPSIS",
            ".B rsinfer",
            "[\\fB\\-\\-version\\fR] [\\fB\\-\\-help\\fR] \\fICOMMAND\\fR [\\fIARGS\\fR]...",
            ".SH DESCRIPTION",
-           _roff(" ".join(root_help().split("\n\n")[0].split())),
+           *_description(root_help()),
+           ".PP",
            "Every command prints data on standard output and messages on standard error;"
            " \\fB\\-\\-json\\fR gives machine-readable output.",
            ".SH COMMANDS"]

@@ -186,7 +186,7 @@ def cli_md() -> str:
     from .appspec import ENVIRONMENT, blocks, commands, root_help
 
     out = [HEADER.format(src="the Typer app (src/rsinfer_cli/cli/)"), "# CLI reference", "",
-           _prose(" ".join(root_help().split())), ""]
+           *(_prose(p) for p in _paragraphs(root_help())), ""]
     for cmd in commands():
         out += [f"## `rsinfer {cmd.name}`", ""]
         for kind, body in blocks(cmd.help):
@@ -210,6 +210,16 @@ def cli_md() -> str:
     out += [f"| `{var}` | {_cell(doc)} |" for var, doc in ENVIRONMENT.items()]
     out.append("")
     return "\n".join(out)
+
+
+def _paragraphs(text: str) -> list[str]:
+    """Markdown paragraphs of a help text, each one line but for a list, whose `- item` lines stay lines."""
+    out = []
+    for para in text.split("\n\n"):
+        lines = para.strip().splitlines()
+        bullets = lines and all(line.startswith("- ") for line in lines)
+        out += ["\n".join(lines) if bullets else " ".join(para.split()), ""]
+    return out[:-1]
 
 
 def _cell(text: str) -> str:
