@@ -5,8 +5,13 @@ BIN := $(VENV)/bin
 CONFIG ?= config.example.yaml
 PIP := $(BIN)/python -m pip
 
-.PHONY: install dev test lint serve completions man docs-ref docs docs-serve proto docs-assets cpu gpu-cuda gpu-trt mac-coreml openvino openvino-venv clean
+.PHONY: install dev test lint serve completions man docs-ref docs docs-serve proto docs-assets cpu gpu-cuda gpu-trt mac-coreml openvino openvino-venv clients-venv clean
 OV_VENV ?= .venv-openvino
+CLIENTS_VENV ?= .venv-clients
+# the client libraries docs/clients.md shows against rsinfer, at the versions its snippets are run with in the suite
+# (their own venv: kserve pins protobuf < 7 and several pull web frameworks rsinfer does not use)
+CLIENT_LIBS := kserve==0.21.0 litellm==1.110.2 langchain-openai==1.8.1 llama-index-embeddings-openai==0.7.0 \
+	haystack-ai==3.4.1 chromadb==1.5.9
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,9 +29,18 @@ dev: $(BIN)/python            ## rsinfer plus the test tools
 
 test: dev                     ## lint, type-check the package (mypy --strict), then the whole suite (no network; ../shared/models)
 	-@$(MAKE) --no-print-directory openvino-venv   # where the wheel exists (x86_64); tests/test_openvino.py skips without
+	-@$(MAKE) --no-print-directory clients-venv    # docs/clients.md's snippets; skipped without
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
-	RSINFER_OPENVINO_PYTHON="$${RSINFER_OPENVINO_PYTHON:-$(abspath $(OV_VENV))/bin/python}" $(BIN)/pytest
+	RSINFER_OPENVINO_PYTHON="$${RSINFER_OPENVINO_PYTHON:-$(abspath $(OV_VENV))/bin/python}" \
+	RSINFER_CLIENTS_PYTHON="$${RSINFER_CLIENTS_PYTHON:-$(abspath $(CLIENTS_VENV))/bin/python}" $(BIN)/pytest
+
+clients-venv: $(CLIENTS_VENV)/bin/python   ## a venv of the client libraries docs/clients.md runs (llama-index, litellm, ...)
+
+$(CLIENTS_VENV)/bin/python:      # made once; after a change of CLIENT_LIBS: rm -r .venv-clients
+	$(PYTHON) -m venv $(CLIENTS_VENV)
+	$(CLIENTS_VENV)/bin/python -m pip install -q $(CLIENT_LIBS)
+	@touch $@
 
 openvino-venv: $(OV_VENV)/bin/rsinfer   ## a second venv where onnxruntime-openvino replaces onnxruntime (OpenVINO tests)
 

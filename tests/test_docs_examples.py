@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if "reference" not in p.parts)]
 RUNS = ("sh", "bash", "python")
 SKIP = re.compile(r"<!-- not run: (.+?) -->")
+# a block of a client library rsinfer does not depend on runs in their venv (make clients-venv; docs/clients.md)
+CLIENTS = re.compile(r"<!-- runs in \.venv-clients -->")
 
 # the examples' model names → the shared models that stand in for them
 MODELS = {"minilm": ("embedding", "all-minilm-l6-v2", {"default": True}),
@@ -51,6 +53,7 @@ class Block:
     lang: str
     code: str
     skip: str | None
+    clients: bool = False
 
     @property
     def id(self) -> str:
@@ -78,7 +81,7 @@ def blocks() -> list[Block]:
                 above = lines[start - 1] if start else ""
                 skip = SKIP.search(above)
                 out.append(Block(str(page.relative_to(ROOT)), start + 1, lang, "\n".join(body) + "\n",
-                                 skip.group(1) if skip else None))
+                                 skip.group(1) if skip else None, bool(CLIENTS.search(above))))
     return out
 
 
@@ -123,12 +126,22 @@ def live(shared_models, tmp_path_factory):
         srv.stop()
 
 
+def _clients_python() -> str:
+    python = Path(os.environ.get("RSINFER_CLIENTS_PYTHON") or ROOT / ".venv-clients" / "bin" / "python")
+    if not python.exists():
+        if os.environ.get("RSINFER_REQUIRE_CLIENTS") == "1":
+            pytest.fail(f"{python} is missing (make clients-venv) and RSINFER_REQUIRE_CLIENTS=1", pytrace=False)
+        pytest.skip(f"the client libraries' venv is missing: {python} (make clients-venv)")
+    return str(python)
+
+
 def _run(block: Block, url: str, work: Path) -> subprocess.CompletedProcess[str]:
     code = block.code.replace("localhost:8080", url).replace("127.0.0.1:8080", url)
     code = re.sub(r"\bcurl -s\b", "curl -s --fail-with-body", code)     # an HTTP error fails the block
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "NO_COLOR": "1", "RSINFER_CONFIG": str(work / "cfg.yaml")}
-    cmd = [sys.executable, "-c", code] if block.lang == "python" else ["bash", "-e", "-o", "pipefail", "-c", code]
+    python = _clients_python() if block.clients else sys.executable
+    cmd = [python, "-c", code] if block.lang == "python" else ["bash", "-e", "-o", "pipefail", "-c", code]
     return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=180)
 
 
