@@ -1,0 +1,166 @@
+"""GLiNER inference (pipelines/gliner.py) against the gliner package's own outputs for tiny-gliner
+(reference.json: 24 texts x label sets, thresholds 0.5/0.3/0.9, flat_ner, multi_label), a padded batch against one
+text at a time, texts past the model's word window scored in overlapping windows, and the configs and graphs it
+refuses."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rsinfer_cli.errors import ModelLoadError
+from rsinfer_cli.pipelines import gliner as g
+
+pytestmark = pytest.mark.shared
+
+
+@pytest.fixture(scope="module")
+def tiny(shared_models):
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    folder = shared_models / "tiny-gliner"
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.no_truncation()
+    tok.no_padding()
+    sess = ort.InferenceSession(str(folder / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    g.check_graph([i.name for i in sess.get_inputs()], sess.get_outputs()[0].shape)
+    ref = json.loads((folder / "reference.json").read_text(encoding="utf-8"))
+    return g.GlinerConfig.load(folder), tok, lambda feeds: sess.run(None, feeds)[0], ref
+
+
+def _same(got, expected, where):
+    assert [(e["start"], e["end"], e["text"], e["label"]) for e in got] == \
+        [(e["start"], e["end"], e["text"], e["label"]) for e in expected], where
+    assert all(abs(a["score"] - b["score"]) <= 1e-4 for a, b in zip(got, expected, strict=True)), where
+
+
+def test_inputs_and_entities_are_the_packages(tiny):
+    cfg, tok, run, ref = tiny
+    checked = 0
+    for case in ref["cases"]:
+        words = g.split_words(case["text"])
+        assert list(words.words) == case["words"], case["id"]
+        assert [list(o) for o in words.offsets] == [list(o) for o in case["word_offsets"]], case["id"]
+        if words.words:
+            enc = g.encode(tok, cfg, g.unique_labels(case["labels"]), words.words)
+            assert (enc.input_ids, enc.words_mask, enc.words_used) == \
+                (case["input_ids"], case["words_mask"], case["words_used"]), case["id"]
+            assert list(run(g.feeds([enc], cfg.max_width)).shape) == case["logits_shape"], case["id"]
+        if case["truncated"]:
+            continue                              # the package drops words past max_len; rsinfer scores them
+        for r in case["results"]:
+            got = g.predict(run, tok, cfg, [case["text"]], case["labels"], r["threshold"], r["flat_ner"],
+                            r["multi_label"])[0]
+            _same(got, r["entities"], (case["id"], r["threshold"], r["flat_ner"], r["multi_label"]))
+            _same(got, r["entities_onnx"], case["id"])
+            checked += 1
+    assert checked == 21 * 12
+
+
+def test_a_padded_batch_is_one_text_at_a_time(tiny):
+    cfg, tok, run, ref = tiny
+    for labels in ref["label_sets"].values():
+        cases = [c for c in ref["cases"] if c["labels"] == labels and not c["truncated"]]
+        for threshold, flat in ((0.3, True), (0.5, False)):
+            batched = g.predict(run, tok, cfg, [c["text"] for c in cases], labels, threshold, flat, batch_size=8)
+            for case, got in zip(cases, batched, strict=True):
+                expected = next(r["entities"] for r in case["results"]
+                                if (r["threshold"], r["flat_ner"], r["multi_label"]) == (threshold, flat, False))
+                _same(got, expected, case["id"])
+
+
+def test_windows_cover_a_long_text_with_overlap(tiny):
+    cfg = tiny[0]
+    assert g.windows(cfg.max_len, cfg) == [(0, cfg.max_len)]
+    for n in (cfg.max_len + 1, 113, 300, 1000):
+        wins = g.windows(n, cfg)
+        assert wins[0][0] == 0 and wins[-1][1] == n and all(hi - lo == cfg.max_len for lo, hi in wins)
+        assert all(b[0] < a[1] and a[1] - b[0] >= g.overlap_words(cfg) >= cfg.max_width
+                   for a, b in zip(wins, wins[1:], strict=False))
+
+
+def test_the_long_text_keeps_what_the_package_finds_away_from_the_window_edge(tiny):
+    """The 113-word case: the package scores its first 64 words only; rsinfer scores all in windows. Every entity
+    the package finds in the words the first window alone decides (before the second window starts) is found,
+    with its offsets in the whole text."""
+    cfg, tok, run, ref = tiny
+    case = next(c for c in ref["cases"] if c["truncated"])
+    second = g.windows(case["num_words"], cfg)[1][0]
+    limit = case["word_offsets"][second][0]
+    past_the_window = 0
+    for r in case["results"]:
+        got = g.predict(run, tok, cfg, [case["text"]], case["labels"], r["threshold"], r["flat_ner"],
+                        r["multi_label"])[0]
+        for e in (e for e in r["entities"] if e["end"] <= limit):
+            assert any((x["start"], x["end"], x["label"]) == (e["start"], e["end"], e["label"]) for x in got), e
+        assert all(case["text"][e["start"]:e["end"]] == e["text"] for e in got)
+        past_the_window += sum(e["start"] > case["word_offsets"][cfg.max_len - 1][1] for e in got)
+    assert past_the_window > 0           # words the package never scores
+
+
+def _planted_run(tok, cfg):
+    """A stand-in graph that scores the two-word span "zebra crossing" (label 0) high and everything else low, from
+    the tokens it is given: what a window sees decides what it finds."""
+    zebra, crossing = tok.token_to_id("zebra"), tok.token_to_id("crossing")
+
+    def run(feeds):
+        ids, words_mask = feeds["input_ids"], feeds["words_mask"]
+        n_words = feeds["span_idx"].shape[1] // cfg.max_width
+        logits = np.full((ids.shape[0], n_words, cfg.max_width, 2), -10.0, dtype=np.float32)
+        for b in range(ids.shape[0]):
+            first = {int(words_mask[b, t]) - 1: int(ids[b, t]) for t in range(ids.shape[1]) if words_mask[b, t]}
+            for w, token in first.items():
+                if token == zebra and first.get(w + 1) == crossing:
+                    logits[b, w, 1, 0] = 5.0
+        return logits
+
+    return run
+
+
+def test_an_entity_across_each_window_boundary_is_found_once(tiny):
+    cfg, tok, _, _ = tiny
+    run = _planted_run(tok, cfg)
+    n = 300
+    for lo, hi in g.windows(n, cfg)[:-1]:
+        for first in (hi - 2, hi - 1, hi):          # inside the window's end, across it, just after it
+            words = ["word"] * n
+            words[first], words[first + 1] = "zebra", "crossing"
+            text = " ".join(words)
+            found = g.predict(run, tok, cfg, [text], ["thing", "other"], 0.5)[0]
+            start = 5 * first
+            assert found == [{"start": start, "end": start + len("zebra crossing"), "text": "zebra crossing",
+                              "label": "thing", "score": pytest.approx(1 / (1 + np.exp(-5.0)))}], (lo, hi, first)
+
+
+def test_empty_texts_run_nothing(tiny):
+    cfg, tok, _, _ = tiny
+
+    def never(_feeds):
+        raise AssertionError("the graph ran for an empty text")
+
+    assert g.predict(never, tok, cfg, ["", "   \n"], ["person"]) == [[], []]
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"span_mode": "token_level"}, "span_mode 'token_level' is not supported"),
+    ({"words_splitter_type": "spacy"}, "words_splitter_type 'spacy' is not supported"),
+    ({"subtoken_pooling": "mean"}, "subtoken_pooling 'mean' is not supported"),
+    ({"labels_encoder": "BAAI/bge-small-en-v1.5"}, "bi-encoder GLiNER"),
+    ({"max_width": None}, "missing or invalid"),
+])
+def test_configs_it_cannot_serve_are_refused(shared_models, change, said):
+    raw = json.loads((shared_models / "tiny-gliner" / "gliner_config.json").read_text(encoding="utf-8"))
+    with pytest.raises(ModelLoadError, match=said):
+        g.GlinerConfig.of({**raw, **change})
+
+
+def test_a_folder_or_graph_that_is_not_gliner_is_refused(shared_models, tmp_path):
+    with pytest.raises(ModelLoadError, match="not a GLiNER folder"):
+        g.GlinerConfig.load(shared_models / "all-minilm-l6-v2")
+    with pytest.raises(ModelLoadError, match="lacks input.*words_mask"):
+        g.check_graph(["input_ids", "attention_mask", "token_type_ids"])
+    with pytest.raises(ModelLoadError, match="logits of rank 3"):
+        g.check_graph(list(g.GRAPH_INPUTS), ["b", "w", "l"])
