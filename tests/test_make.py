@@ -13,8 +13,9 @@ from conftest import ROOT
 
 
 def _dry_run(venv, *targets: str) -> list[str]:
-    proc = subprocess.run(["make", "-n", f"VENV={venv}", *targets], cwd=ROOT, capture_output=True, text=True,
-                          timeout=30)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under make test
+    proc = subprocess.run(["make", "--no-print-directory", "-n", f"VENV={venv}", *targets], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     return [line for line in proc.stdout.splitlines() if line.strip()]
 
