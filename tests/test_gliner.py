@@ -164,3 +164,74 @@ def test_a_folder_or_graph_that_is_not_gliner_is_refused(shared_models, tmp_path
         g.check_graph(["input_ids", "attention_mask", "token_type_ids"])
     with pytest.raises(ModelLoadError, match="logits of rank 3"):
         g.check_graph(list(g.GRAPH_INPUTS), ["b", "w", "l"])
+
+
+# ---------------------------------------------------------------- as the pii family's model
+
+TYPES = {"person": "PERSON", "email": "EMAIL", "phone number": "PHONE", "organization": "ORGANIZATION",
+         "date": "DATE", "location": "LOCATION", "medical record number": "MEDICAL_RECORD", "date of birth": "DOB"}
+
+
+@pytest.fixture(scope="module")
+def gliner_server(shared_models):
+    import httpx
+
+    from rsinfer_cli.config import parse_config
+
+    from serverutil import ServerThread
+
+    folder = str(shared_models / "tiny-gliner")
+    models = [{"name": f"gl-{name}", "kind": "pii", "path": folder, "pii_recognizers": [], "replicas": 1,
+               "default": name == "pii",
+               "pii_labels": {label: TYPES[label] for label in labels}}
+              for name, labels in json.loads((shared_models / "tiny-gliner" / "reference.json").read_text(
+                  encoding="utf-8"))["label_sets"].items()]
+    with ServerThread(parse_config({"models": models})) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        yield c
+
+
+def test_the_routes_answer_what_the_package_finds(tiny, gliner_server):
+    """/pii/detect, Presidio's /analyze and /pii/redact over a GLiNER model: the package's spans (flat, one label a
+    span) as entity types, scores within 1e-4, at every threshold the reference has."""
+    ref = tiny[3]
+    for name, labels in ref["label_sets"].items():
+        cases = [c for c in ref["cases"] if c["labels"] == labels and not c["truncated"] and c["words"]]
+        for threshold in (0.3, 0.5, 0.9):
+            expected = [next(r["entities"] for r in c["results"]
+                             if (r["threshold"], r["flat_ner"], r["multi_label"]) == (threshold, True, False))
+                        for c in cases]
+            r = gliner_server.post("/pii/detect", json={"model": f"gl-{name}", "texts": [c["text"] for c in cases],
+                                                        "threshold": threshold})
+            assert r.status_code == 200, r.text
+            for case, got, exp in zip(cases, [x["entities"] for x in r.json()["results"]], expected, strict=True):
+                assert [(e["start"], e["end"], e["entity_type"], e["text"]) for e in got] == \
+                    [(e["start"], e["end"], TYPES[e["label"]], e["text"]) for e in exp], (name, threshold, case["id"])
+                assert all(abs(a["score"] - b["score"]) <= 1e-4 for a, b in zip(got, exp, strict=True))
+        case, exp = cases[1], expected[1]            # the contact-details text at 0.9 has none: take 0.5's
+        exp = next(r["entities"] for r in case["results"]
+                   if (r["threshold"], r["flat_ner"], r["multi_label"]) == (0.5, True, False))
+        analyzed = gliner_server.post("/analyze", json={"text": case["text"], "language": "en",
+                                                        "score_threshold": 0.5})
+        redacted = gliner_server.post("/pii/redact", json={"model": f"gl-{name}", "text": case["text"],
+                                                           "mode": "replace", "threshold": 0.5})
+        if name != "pii":
+            continue          # /analyze answers with the default model: gl-pii
+        assert analyzed.status_code == 200, analyzed.text
+        assert exp, case["id"]
+        assert sorted((e["start"], e["end"]) for e in analyzed.json()) == sorted((e["start"], e["end"]) for e in exp)
+        text = case["text"]
+        for e in sorted(exp, key=lambda e: -e["start"]):
+            text = text[:e["start"]] + f"<{TYPES[e['label']]}>" + text[e["end"]:]
+        assert redacted.json()["results"][0]["text"] == text
+
+
+def test_bad_labels_are_refused_at_load(shared_models):
+    from rsinfer_cli.config import parse_config
+    from rsinfer_cli.errors import ConfigError
+
+    folder = str(shared_models / "tiny-gliner")
+    for labels, said in (({}, "pii_labels: empty"), ({f"l{i}": "X" for i in range(65)}, "65 labels; at most 64"),
+                         ({"x" * 101: "X"}, "a label is 1 to 100 characters"),
+                         ({"person": "person"}, "must be UPPER_SNAKE_CASE")):
+        with pytest.raises(ConfigError, match=said):
+            parse_config({"models": [{"name": "g", "kind": "pii", "path": folder, "pii_labels": labels}]})

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, cast
 
@@ -85,6 +85,9 @@ class OpPart(Protocol):
 Recognise = Callable[[Folder], "str | None"]
 # the pipeline's class (or any factory): built once per loaded model (the engine's LoadedModel)
 PipelineFactory = Callable[[Any], PipelinePart]
+# feeds for the trial forward at load where the graph's signature alone cannot make valid ones (a GLiNER graph's
+# spans): (GraphInfo, the folder's aux files) → feeds, or None for the signature's (engine/session.sample_feeds)
+TrialFeeds = Callable[[Any, Mapping[str, Any]], "dict[str, Any] | None"]
 # a Typer command function
 Command = Callable[..., None]
 # the quality gate: (pipeline over graph a, pipeline over graph b, corpus) → metrics (pipelines/quality.py)
@@ -147,6 +150,7 @@ class Family:
     quality: Part[Quality] | None = None   # the quality gate's measure of a second graph against a first
                                            # (pipelines/quality.py); None: `quantize` and `bench --compare` refuse
     inputs: InputKind = TEXT          # what its requests carry per item, and their limits
+    trial_feeds: Part[TrialFeeds] | None = None   # the load's trial forward, where the signature's zeros cannot run
     aux_files: tuple[str, ...] = ()   # files of its models' folders it reads besides the graph, config.json and (with
                                       # needs_tokenizer) the tokenizer's: `hub` fetches them, `download` keeps them
 
@@ -177,6 +181,9 @@ class Family:
 
     def hf_handler(self) -> HfTask | None:
         return None if self.hf_task is None else load(self.hf_task)
+
+    def trial(self, graph: Any, aux: Mapping[str, Any]) -> dict[str, Any] | None:
+        return None if self.trial_feeds is None else load(self.trial_feeds)(graph, aux)
 
     def quality_check(self) -> Quality | None:
         return None if self.quality is None else load(self.quality)
@@ -302,6 +309,8 @@ def _is_tensor(folder: Folder) -> str | None:
 
 def _is_pii(folder: Folder) -> str | None:
     arch = folder.architectures
+    if folder.config.get("model_type") == "gliner":      # a GLiNER span model: open-label PII (pii_gliner.py)
+        return "config.json model_type: gliner"
     return f"config.json architectures: {arch}" if "ForTokenClassification" in arch else None
 
 
@@ -345,8 +354,11 @@ register(_builtin("zeroshot", "zero-shot and true/false classification over NLI"
 register(_builtin("classifier", "text classification: sentiment, intent, toxicity (TEI, infinity)",
                   "ClassifierPipeline", ["predict"], "ClassifierOptions",
                   "rsinfer_cli.pipelines.classifier:recognise", 25, "classifier"))
-register(_builtin("pii", "PII detection and redaction", "PiiPipeline", ["redact", "detect"],
-                  "PiiOptions", _is_pii, 10, "classifier"))
+register(replace(
+    _builtin("pii", "PII detection and redaction (token classifiers, and GLiNER for any label)", "PiiPipeline",
+             ["redact", "detect"], "PiiOptions", _is_pii, 10, "classifier"),
+    pipeline="rsinfer_cli.pipelines.pii_gliner:pipeline_for", aux_files=("gliner_config.json",),
+    trial_feeds="rsinfer_cli.pipelines.pii_gliner:trial_feeds"))
 register(_builtin("sparse", "learned sparse vectors, SPLADE (TEI /embed_sparse)", "SparsePipeline", ["sparse"],
                   "SparseOptions", "rsinfer_cli.pipelines.sparse:recognise", 15, "embedding", quality=False))
 register(_builtin("late_interaction", "multi-vector late interaction, ColBERT: token vectors, MaxSim reranking",

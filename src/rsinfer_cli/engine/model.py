@@ -180,10 +180,10 @@ class LoadedModel:
         }
 
 
-def _trial_forward(name: str, sessions: list[Session], graph: GraphInfo) -> None:
-    """One tiny forward per replica on feeds built from the signature: a graph that cannot run fails at
-    start-up, and the first request does not pay ORT's lazy initialisation."""
-    feeds = sample_feeds(graph)
+def _trial_forward(name: str, sessions: list[Session], graph: GraphInfo, feeds: Feeds | None = None) -> None:
+    """One tiny forward per replica on feeds built from the signature (or the family's, `feeds`): a graph that
+    cannot run fails at start-up, and the first request does not pay ORT's lazy initialisation."""
+    feeds = sample_feeds(graph) if feeds is None else feeds
     first_output = [graph.outputs[0].name]
     for session in {id(s): s for s in sessions}.values():
         try:
@@ -238,7 +238,7 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     graph = graph_info(sessions[0])
     if cfg.kind == "tensor" and cfg.path and (Path(cfg.path).expanduser() / CONTRACT_FILE).is_file():
         cfg = agree_with_graph(cfg, Path(cfg.path).expanduser(), graph)
-    _trial_forward(cfg.name, sessions + ([wide] if wide is not None else []), graph)
+    _trial_forward(cfg.name, sessions + ([wide] if wide is not None else []), graph, family.trial(graph, aux))
     size = resolved.graph_path.stat().st_size + sum(
         (resolved.graph_path.parent / Path(rel).name).stat().st_size for rel in resolved.external_data)
     stats = {"file_bytes": size, "resolve_s": round(t_resolve, 3), "build_s": round(t_build, 3),

@@ -457,6 +457,30 @@ def rewrite(text: str, entities: Sequence[Entity], new_value: Callable[[Entity, 
     return "".join(out), done
 
 
+MAX_LABELS = 64             # labels one GLiNER prompt may hold (pii_labels)
+MAX_LABEL_CHARS = 100       # characters of one label
+ENTITY_TYPE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+
+
+def check_labels(labels: dict[str, str] | None) -> list[tuple[str, str]]:
+    """pii_labels: at most MAX_LABELS labels of 1 to MAX_LABEL_CHARS characters, each mapped to an entity type
+    written as rsinfer's and Presidio's are (UPPER_SNAKE)."""
+    if labels is None:
+        return []
+    if not labels:
+        return [("pii_labels", "empty: name at least one label, or leave it unset for the defaults")]
+    if len(labels) > MAX_LABELS:
+        return [("pii_labels", f"{len(labels)} labels; at most {MAX_LABELS}")]
+    errors = []
+    for label, etype in labels.items():
+        if not label.strip() or len(label) > MAX_LABEL_CHARS:
+            errors.append((f"pii_labels[{label[:40]!r}]", f"a label is 1 to {MAX_LABEL_CHARS} characters"))
+        elif not isinstance(etype, str) or not ENTITY_TYPE.fullmatch(etype):
+            errors.append((f"pii_labels[{label!r}]", f"entity type {etype!r} must be UPPER_SNAKE_CASE, e.g. "
+                                                     "EMPLOYEE_ID"))
+    return errors
+
+
 @dataclass(frozen=True)
 class PiiOptions:
     """The pii family's model keys."""
@@ -490,6 +514,10 @@ class PiiOptions:
     deny_list: dict[str, tuple[str, ...]] | None = None
     # the languages Presidio's `language` may name for this model (another is a 400)
     pii_languages: tuple[str, ...] = ("en",)
+    # a GLiNER model (gliner_config.json): the labels it is asked for, each with the entity type it answers as
+    # ({"person": PERSON, "employee id": EMPLOYEE_ID}); unset: person, organization, location, email, phone number,
+    # address and date of birth (pipelines/pii_gliner.py)
+    pii_labels: dict[str, str] | None = None
 
     def rules(self) -> Rules:
         """The patterns and lists compiled (InputError naming the key of a bad one)."""
@@ -498,6 +526,7 @@ class PiiOptions:
 
     def check(self) -> list[tuple[str, str]]:
         errors = []
+        errors += check_labels(self.pii_labels)
         try:
             self.rules()
         except InputError as exc:
@@ -533,18 +562,8 @@ class PiiPipeline(TextPipeline):
         if isinstance(shape[-1], int) and shape[-1] != len(self.labels):
             raise ModelLoadError(f"model '{cfg.name}': the graph has {shape[-1]} labels but config.json id2label "
                                  f"has {len(self.labels)}", model=cfg.name)
-        self.recognizers = opts.pii_recognizers
-        self.regions = tuple(r.upper() for r in opts.pii_regions)
-        self.rules = opts.rules()          # the entry's own patterns, allow and deny lists (pii_rules.py)
-        # load phonenumbers' metadata and python-stdnum's tables now, not on the first request (~50 ms)
-        recognize("+1 415 555 0100, DE89 3704 0044 0532 0130 00, 4111 1111 1111 1111", self.recognizers,
-                  self.regions)
-        self.merge = opts.pii_merge
-        self.gap_threshold = opts.address_gap_threshold
-        model_types = {parse_tag(label)[1] for label in self.labels} - {""}
         self.address_columns = [i for i, label in enumerate(self.labels) if parse_tag(label)[1] in ADDRESS_PARTS]
-        merged = {"ADDRESS"} if "address" in self.merge and self.address_columns else set()
-        self.types = sorted(model_types | {RECOGNIZED[r] for r in self.recognizers} | merged | set(self.rules.types))
+        self.setup(opts, {parse_tag(label)[1] for label in self.labels} - {""}, bool(self.address_columns))
         tok = self.encoder.tokenizer
         probe, bare = tok.encode("x", add_special_tokens=True).ids, tok.encode("x", add_special_tokens=False).ids
         at = next((i for i in range(len(probe)) if probe[i:i + len(bare)] == bare), 0)
@@ -554,6 +573,20 @@ class PiiPipeline(TextPipeline):
         if self.window < 8:
             raise ModelLoadError(f"model '{cfg.name}': max_len {max_len} leaves no room for text", model=cfg.name)
         self.overlap = max(max_len // 4, 1) if self.window > max_len // 4 else self.window // 2
+
+    def setup(self, opts: PiiOptions, model_types: set[str], address_parts: bool) -> None:
+        """What every PII model has beside its own: recognizers, rules, merging, threshold, salt and key."""
+        cfg = self.model.config
+        self.recognizers = opts.pii_recognizers
+        self.regions = tuple(r.upper() for r in opts.pii_regions)
+        self.rules = opts.rules()          # the entry's own patterns, allow and deny lists (pii_rules.py)
+        # load phonenumbers' metadata and python-stdnum's tables now, not on the first request (~50 ms)
+        recognize("+1 415 555 0100, DE89 3704 0044 0532 0130 00, 4111 1111 1111 1111", self.recognizers,
+                  self.regions)
+        self.merge = opts.pii_merge
+        self.gap_threshold = opts.address_gap_threshold
+        merged = {"ADDRESS"} if "address" in self.merge and address_parts else set()
+        self.types = sorted(model_types | {RECOGNIZED[r] for r in self.recognizers} | merged | set(self.rules.types))
         self.threshold = opts.threshold
         self.languages = opts.pii_languages
         self.salt_source = "pii_hash_salt" if opts.pii_hash_salt else \
@@ -648,18 +681,29 @@ class PiiPipeline(TextPipeline):
         if keep is not None and keep & ADDRESS_PARTS:
             keep.add("ADDRESS")             # an address asked for by its parts comes whole
         found = []
-        for text, (enc, probs) in zip(texts, per_text, strict=True):
+        for text, item in zip(texts, per_text, strict=True):
             checkpoint()
-            ents = decode(text, enc.offsets, probs.argmax(axis=-1), probs.max(axis=-1), self.labels, thr) \
-                if len(probs) else []
+            ents = self.model_entities(text, item, thr)
             if not rules.empty:
                 ents = with_rules(text, ents, rules, thr if rule_threshold is None else rule_threshold)
             if self.recognizers:
                 ents = with_recognized(text, ents, self.recognizers, self.regions)
-            if "address" in self.merge and self.address_columns and len(probs):
-                ents = merge_addresses(text, ents, self._weak(enc.offsets, probs))
+            weak = self.weak_of(item) if "address" in self.merge else None
+            if weak is not None:
+                ents = merge_addresses(text, ents, weak)
             found.append([e for e in ents if (keep is None or e.entity_type in keep) and not rules.allowed(e.text)])
         return found
+
+    def model_entities(self, text: str, item: Any, threshold: float) -> list[Entity]:
+        """The model's own entities in one text, from its part of the rows' outputs (`per_text`'s item)."""
+        enc, probs = item
+        return decode(text, enc.offsets, probs.argmax(axis=-1), probs.max(axis=-1), self.labels, threshold) \
+            if len(probs) else []
+
+    def weak_of(self, item: Any) -> Callable[[int, int], bool] | None:
+        """How address merging asks whether a gap between two parts is address (None: no merging for it)."""
+        enc, probs = item
+        return self._weak(enc.offsets, probs) if self.address_columns and len(probs) else None
 
     def _weak(self, offsets: Sequence[tuple[int, int]], probs: Array) -> Callable[[int, int], bool]:
         """Whether a token within [a, b) has an address label with at least address_gap_threshold probability."""
@@ -696,14 +740,12 @@ class PiiPipeline(TextPipeline):
         fields): the entities of every text, group after group."""
         timing = Timing()
         parts = []
-        ids: list[list[int]] = []
-        type_ids: list[list[int]] = []
+        encs = []
         for texts, threshold, types in groups:
             self.check_options(threshold, types, rules, texts)
             enc, per_text = self.plan_probs(texts, timing)
             parts.append((len(enc.ids), texts, threshold, types, per_text))
-            ids += enc.ids
-            type_ids += enc.type_ids or []
+            encs.append(enc)
 
         def finish(rows: list[Any]) -> Detection:
             found: list[list[Entity]] = []
@@ -713,7 +755,11 @@ class PiiPipeline(TextPipeline):
                 at += n
             return Detection(found, timing)
 
-        return self.work(Encoded(ids=ids, type_ids=type_ids), finish, timing)
+        return self.work(self.joined(encs), finish, timing)
+
+    def joined(self, encs: Sequence[Any]) -> Any:
+        """Several plan_probs rows as one work's (plan_detect_groups)."""
+        return Encoded(ids=[i for e in encs for i in e.ids], type_ids=[t for e in encs for t in (e.type_ids or [])])
 
     def plan_redact(self, texts: Sequence[str], *, mode: str = "mask", mask_char: str = "*",
                     replacement: str | None = None, threshold: float | None = None,
