@@ -186,6 +186,7 @@ def gliner_server(shared_models):
                "pii_labels": {label: TYPES[label] for label in labels}}
               for name, labels in json.loads((shared_models / "tiny-gliner" / "reference.json").read_text(
                   encoding="utf-8"))["label_sets"].items()]
+    models.append({"name": "tokens", "kind": "pii", "path": str(shared_models / "rampart-pii"), "replicas": 1})
     with ServerThread(parse_config({"models": models})) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         yield c
 
@@ -235,3 +236,38 @@ def test_bad_labels_are_refused_at_load(shared_models):
                          ({"person": "person"}, "must be UPPER_SNAKE_CASE")):
         with pytest.raises(ConfigError, match=said):
             parse_config({"models": [{"name": "g", "kind": "pii", "path": folder, "pii_labels": labels}]})
+
+
+def test_labels_per_request(tiny, gliner_server):
+    """`labels` asks a GLiNER model for other labels than its configured ones: the package's spans for those
+    labels, each typed as pii_labels says or as itself in UPPER_SNAKE."""
+    ref = tiny[3]
+    labels = ref["label_sets"]["date_location"]
+    cases = [c for c in ref["cases"] if c["labels"] == labels and not c["truncated"] and c["words"]]
+    r = gliner_server.post("/pii/detect", json={"model": "gl-pii", "texts": [c["text"] for c in cases],
+                                                "labels": labels, "threshold": 0.3})
+    assert r.status_code == 200, r.text
+    for case, got in zip(cases, [x["entities"] for x in r.json()["results"]], strict=True):
+        exp = next(x["entities"] for x in case["results"]
+                   if (x["threshold"], x["flat_ner"], x["multi_label"]) == (0.3, True, False))
+        assert [(e["start"], e["end"], e["entity_type"]) for e in got] == \
+            [(e["start"], e["end"], e["label"].upper()) for e in exp], case["id"]
+    typed = gliner_server.post("/pii/detect", json={"model": "gl-pii", "text": "x", "labels": ["employee id"],
+                                                    "types": ["EMPLOYEE_ID"]})
+    assert typed.status_code == 200, typed.text
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ({"labels": [f"label {i}" for i in range(1000)]}, "`labels` has 1000 labels; at most 64"),
+    ({"labels": ["x" * 10_000]}, "labels[0]: a label is 1 to 100 characters"),
+    ({"labels": []}, "`labels` is empty"),
+    ({"labels": ["person"], "model": "tokens"}, "`labels` needs an open-label (GLiNER) model"),
+    ({"labels": ["person"], "records": [{"a": "b"}], "policy": {"default": "scan"}}, "`labels` applies to"),
+])
+def test_bad_labels_are_a_400(gliner_server, body, said):
+    route = "/pii/redact" if "records" in body else "/pii/detect"
+    text = {} if "records" in body else {"text": "Maria Lopez works at Acme Corp."}
+    r = gliner_server.post(route, json={"model": "gl-pii", **text, **body})
+    assert r.status_code == 400, r.text
+    assert said in r.json()["error"]["message"]
+    assert r.json()["error"]["param"] == "labels"

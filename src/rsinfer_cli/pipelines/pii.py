@@ -628,8 +628,8 @@ class PiiPipeline(TextPipeline):
     def windows_of(self, n: int) -> list[tuple[int, int]]:
         return plan_windows(n, self.window, self.overlap)
 
-    def plan_probs(self, texts: Sequence[str],
-                   timing: Timing) -> tuple[Encoded, Callable[[list[Any]], list[tuple[Any, Array]]]]:
+    def plan_probs(self, texts: Sequence[str], timing: Timing, labels: Sequence[str] | None = None
+                   ) -> tuple[Encoded, Callable[[list[Any]], list[tuple[Any, Array]]]]:
         """Window rows of every text, and how their per-token rows stitch back to one row per token per text."""
         t0 = time.perf_counter()
         encs = encode_batch(self.encoder.tokenizer, list(texts), add_special_tokens=False)
@@ -657,15 +657,23 @@ class PiiPipeline(TextPipeline):
 
         return Encoded(ids=ids, type_ids=type_ids), per_text
 
+    def check_labels(self, labels: Sequence[str] | None) -> set[str]:
+        """A request's own `labels` (an open-label model's; InputError here): the entity types they add."""
+        if labels is not None:
+            raise InputError(f"`labels` needs an open-label (GLiNER) model; model '{self.model.name}' finds the "
+                             f"types it was trained on: {', '.join(self.types)}", param="labels")
+        return set()
+
     def check_options(self, threshold: float | None, types: Sequence[str] | None, rules: Rules | None = None,
-                      texts: Sequence[str] = ()) -> None:
-        """`threshold` in [0, 1], `types` among what the model, the recognizers and the rules can find, and a
-        request's own patterns within their work limit over `texts` (InputError)."""
+                      texts: Sequence[str] = (), labels: Sequence[str] | None = None) -> None:
+        """`threshold` in [0, 1], `types` among what the model (asked for `labels`), the recognizers and the rules
+        can find, and a request's own patterns within their work limit over `texts` (InputError)."""
         check_threshold(threshold)
+        added = self.check_labels(labels)
         if rules is not None:
             rules.check_work(texts)
         if types is not None:
-            known = set(self.types) | set(rules.types if rules is not None else ())
+            known = set(self.types) | added | set(rules.types if rules is not None else ())
             unknown = [t for t in types if t not in known]
             if unknown:
                 raise InputError(f"unknown entity type(s) {', '.join(map(repr, unknown))}; this model finds "
@@ -724,13 +732,14 @@ class PiiPipeline(TextPipeline):
 
     def plan_detect(self, texts: Sequence[str], threshold: float | None = None,
                     types: Sequence[str] | None = None, rules: Rules | None = None,
-                    rule_threshold: float | None = None) -> Work[Detection]:
+                    rule_threshold: float | None = None, labels: Sequence[str] | None = None) -> Work[Detection]:
         """`rules`: a request's own patterns, allow and deny lists (pii_rules.request_rules), beside the entry's;
-        `rule_threshold`: the score their matches need (default `threshold`; Presidio's score_threshold)."""
-        self.check_options(threshold, types, rules, texts)
+        `rule_threshold`: the score their matches need (default `threshold`; Presidio's score_threshold); `labels`:
+        what an open-label model is asked for instead of its configured labels."""
+        self.check_options(threshold, types, rules, texts, labels)
         check_threshold(rule_threshold, "score_threshold")
         timing = Timing()
-        enc, per_text = self.plan_probs(texts, timing)
+        enc, per_text = self.plan_probs(texts, timing, labels)
         return self.work(enc, lambda rows: Detection(self._entities(texts, per_text(rows), threshold, types, rules,
                                                                     rule_threshold), timing), timing)
 
@@ -764,12 +773,13 @@ class PiiPipeline(TextPipeline):
     def plan_redact(self, texts: Sequence[str], *, mode: str = "mask", mask_char: str = "*",
                     replacement: str | None = None, threshold: float | None = None,
                     types: Sequence[str] | None = None, salt: bytes | None = None,
-                    rules: Rules | None = None, key: bytes | None = None) -> Work[Redaction]:
+                    rules: Rules | None = None, key: bytes | None = None,
+                    labels: Sequence[str] | None = None) -> Work[Redaction]:
         """Each text is a record of its own (numbered mode counts from 1 in each)."""
         replacer = self.replacer(mode, mask_char, replacement, salt, key)  # the options checked before any work
-        self.check_options(threshold, types, rules, texts)
+        self.check_options(threshold, types, rules, texts, labels)
         timing = Timing()
-        enc, per_text = self.plan_probs(texts, timing)
+        enc, per_text = self.plan_probs(texts, timing, labels)
 
         def finish(rows: list[Any]) -> Redaction:
             det = Detection(self._entities(texts, per_text(rows), threshold, types, rules), timing)

@@ -7,6 +7,7 @@ number of labels their prompts hold (the graph's label axis)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,15 +17,20 @@ import numpy as np
 
 from ..engine.model import LoadedModel
 from ..engine.session import Session
-from ..errors import ModelLoadError
+from ..errors import InputError, ModelLoadError
 from . import gliner
 from .base import RowPipeline, Timing, Work
-from .pii import Entity, PiiOptions, PiiPipeline
+from .pii import MAX_LABEL_CHARS, MAX_LABELS, Entity, PiiOptions, PiiPipeline
 
 # the labels a GLiNER PII model is asked for when the entry names none, and the entity types they answer as
 # (Presidio's names where rsinfer's PII types have none of their own)
 DEFAULT_LABELS = {"person": "PERSON", "organization": "ORGANIZATION", "location": "LOCATION",
                   "email": "EMAIL", "phone number": "PHONE", "address": "ADDRESS", "date of birth": "DATE_OF_BIRTH"}
+
+
+def type_of(label: str) -> str:
+    """A label written as an entity type: words joined by _, upper case ("employee id" → EMPLOYEE_ID)."""
+    return re.sub(r"\W+", "_", label).strip("_").upper() or "ENTITY"
 
 
 @dataclass(frozen=True)
@@ -85,25 +91,47 @@ class GlinerPiiPipeline(PiiPipeline):
                 "window_words": self.gliner.max_len, "window_overlap_words": self.overlap,
                 "max_span_words": self.gliner.max_width}
 
-    def plan_probs(self, texts: Sequence[str], timing: Timing) -> tuple[Any, Any]:
+    def label_types_of(self, labels: Sequence[str] | None) -> dict[str, str]:
+        """A request's labels and their entity types: pii_labels' where it names the label, else the label written
+        as an entity type ("employee id" → EMPLOYEE_ID); None: the configured labels."""
+        if labels is None:
+            return self.label_types
+        return {label: self.label_types.get(label) or type_of(label) for label in gliner.unique_labels(labels)}
+
+    def check_labels(self, labels: Sequence[str] | None) -> set[str]:
+        if labels is None:
+            return set()
+        if not labels:
+            raise InputError("`labels` is empty: name at least one, or leave it out for the model's own",
+                             param="labels")
+        if len(labels) > MAX_LABELS:
+            raise InputError(f"`labels` has {len(labels)} labels; at most {MAX_LABELS}", param="labels")
+        for i, label in enumerate(labels):
+            if not isinstance(label, str) or not label.strip() or len(label) > MAX_LABEL_CHARS:
+                raise InputError(f"labels[{i}]: a label is 1 to {MAX_LABEL_CHARS} characters", param="labels")
+        return set(self.label_types_of(labels).values())
+
+    def plan_probs(self, texts: Sequence[str], timing: Timing,
+                   labels: Sequence[str] | None = None) -> tuple[Any, Any]:
         """One row per window of every text; per text, its words, windows and their outputs."""
         t0 = time.perf_counter()
+        types = self.label_types_of(labels)
+        prompt = list(types)
         planned = Planned([], [])
         for text in texts:
             words = gliner.split_words(text)
             wins = gliner.windows(len(words.words), self.gliner) if words.words else []
             planned.texts.append((words, wins))
             for lo, hi in wins:
-                enc = gliner.encode(self.tokenizer, self.gliner, self.labels, words.words[lo:hi])
-                planned.ids.append(Row(tuple(enc.input_ids), tuple(enc.words_mask), enc.words_used,
-                                       len(self.labels)))
+                enc = gliner.encode(self.tokenizer, self.gliner, prompt, words.words[lo:hi])
+                planned.ids.append(Row(tuple(enc.input_ids), tuple(enc.words_mask), enc.words_used, len(prompt)))
         timing.tokenize_s += time.perf_counter() - t0
 
-        def per_text(rows: list[Any]) -> list[tuple[gliner.Words, list[tuple[tuple[int, int], Any]]]]:
+        def per_text(rows: list[Any]) -> list[tuple[gliner.Words, list[tuple[tuple[int, int], Any]], dict[str, str]]]:
             out = []
             at = 0
             for words, wins in planned.texts:
-                out.append((words, list(zip(wins, rows[at:at + len(wins)], strict=True))))
+                out.append((words, list(zip(wins, rows[at:at + len(wins)], strict=True)), types))
                 at += len(wins)
             return out
 
@@ -131,12 +159,12 @@ class GlinerPiiPipeline(PiiPipeline):
         return out
 
     def model_entities(self, text: str, item: Any, threshold: float) -> list[Entity]:
-        words, windows = item
+        words, windows, types = item
         found = [(win, gliner.candidates(logits, win[1] - win[0], threshold, offset=win[0]))
                  for win, logits in windows]
         spans = gliner.greedy(gliner.merge_windows(found), flat_ner=True)
-        return [Entity(self.label_types[e["label"]], e["text"], e["score"], e["start"], e["end"])
-                for e in gliner.entities(words, spans, self.labels)]
+        return [Entity(types[e["label"]], e["text"], e["score"], e["start"], e["end"])
+                for e in gliner.entities(words, spans, list(types))]
 
     def weak_of(self, item: Any) -> None:
         return None                 # no per-token address probabilities: address parts are not merged by gaps

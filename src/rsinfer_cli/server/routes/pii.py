@@ -36,6 +36,9 @@ class PiiRequest(Request):
     allow_list_match: Literal["exact", "regex"] = "exact"
     deny_list: Annotated[dict[str, list[str]] | None, Meta(description="{ENTITY_TYPE: [values]}: always found, as "
                                                             "whole words in any case")] = None
+    labels: Annotated[list[str] | None, Meta(description=(
+        "An open-label (GLiNER) model: the labels to find instead of its configured ones, as text (at most 64, "
+        "1-100 characters each); each answers as its pii_labels type, else as itself written UPPER_SNAKE"))] = None
 
 
 class RedactRequest(PiiRequest):
@@ -154,8 +157,8 @@ def _options(call: Call[PiiRequest], texts: list[str]) -> dict[str, Any]:
     400 before any work): a typo in `types` must never mean "redact nothing"."""
     req = call.req
     rules = request_rules(req.patterns, req.allow_list, req.allow_list_match, req.deny_list)
-    call.pipeline(PiiPipeline).check_options(req.threshold, req.types, rules, texts)
-    return {"threshold": req.threshold, "types": req.types, "rules": rules}
+    call.pipeline(PiiPipeline).check_options(req.threshold, req.types, rules, texts, req.labels)
+    return {"threshold": req.threshold, "types": req.types, "rules": rules, "labels": req.labels}
 
 
 @routes.post("/pii/detect")
@@ -194,15 +197,24 @@ async def redact(request: web.Request) -> web.Response:
                                         usage=usage(res.detection.tokens)))
 
 
-async def _redact_records(rcall: Call[RedactRequest]) -> web.Response:
-    """`records` redacted by `policy`: one model request for every field the policy scans."""
-    req = rcall.req
-    call: Call[PiiRequest] = rcall  # type: ignore[assignment]
+def _check_records(req: RedactRequest) -> None:
+    """A records request holds `records` and `policy`, and neither `text`/`texts` nor `labels`."""
     if req.records is None or req.policy is None:
         raise RequestValidationError("`records` and `policy` go together", param="records" if req.records is None
                                      else "policy")
     if req.text is not None or req.texts is not None:
         raise InputError("provide `records` or `text`/`texts`, not both", param="records")
+    if req.labels is not None:
+        raise InputError("`labels` applies to `text`/`texts`; a record policy's fields are scanned for the model's "
+                         "configured labels (pii_labels)", param="labels")
+
+
+async def _redact_records(rcall: Call[RedactRequest]) -> web.Response:
+    """`records` redacted by `policy`: one model request for every field the policy scans."""
+    req = rcall.req
+    call: Call[PiiRequest] = rcall  # type: ignore[assignment]
+    _check_records(req)
+    assert req.records is not None
     check_count(call, "records", len(req.records))
     pipe = call.pipeline(PiiPipeline)
     opts = _options(call, [])
