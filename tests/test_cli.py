@@ -264,16 +264,21 @@ class TestExitCodes:
         proc = rsinfer("embed", "--path", str(self._model(tmp_path)), "hello")
         assert proc.returncode == 0 and json.loads(proc.stdout)["index"] == 0
 
-    def test_1_internal_error(self, tmp_path, monkeypatch, capsys):
+    @staticmethod
+    def _raised(exc, tmp_path, monkeypatch):
+        """`rsinfer embed` whose model raises `exc` as it opens: the exit code main() maps it to."""
         from rsinfer_cli.cli import app
 
-        def bug(*_a, **_k):
-            raise ZeroDivisionError("a bug")
+        def raises(*_a, **_k):
+            raise exc
 
-        monkeypatch.setattr("rsinfer_cli.cli.common.open_model", bug)
-        with pytest.raises(SystemExit) as exc:
-            app.main(["embed", "--path", str(self._model(tmp_path)), "hello"])
-        assert exc.value.code == 1
+        monkeypatch.setattr("rsinfer_cli.cli.common.open_model", raises)
+        with pytest.raises(SystemExit) as info:
+            app.main(["embed", "--path", str(TestExitCodes._model(tmp_path)), "hello"])
+        return info.value.code
+
+    def test_1_internal_error(self, tmp_path, monkeypatch, capsys):
+        assert self._raised(ZeroDivisionError("a bug"), tmp_path, monkeypatch) == 1
         assert "internal error: ZeroDivisionError: a bug (set RSINFER_DEBUG=1" in capsys.readouterr().err
 
     def test_2_usage(self):
@@ -305,16 +310,10 @@ class TestExitCodes:
         assert proc.returncode == 5 and "Traceback" not in proc.stderr
 
     def test_6_busy(self, tmp_path, monkeypatch, capsys):
-        from rsinfer_cli.cli import app
         from rsinfer_cli.errors import Saturated
 
-        def full(*_a, **_k):
-            raise Saturated("model 'm' is saturated (queue full)")
-
-        monkeypatch.setattr("rsinfer_cli.cli.common.open_model", full)
-        with pytest.raises(SystemExit) as exc:
-            app.main(["embed", "--path", str(self._model(tmp_path)), "hello"])
-        assert exc.value.code == 6 and "saturated" in capsys.readouterr().err
+        assert self._raised(Saturated("model 'm' is saturated (queue full)"), tmp_path, monkeypatch) == 6
+        assert "saturated" in capsys.readouterr().err
 
     def test_7_gate(self, tmp_path):
         import numpy as np
