@@ -90,6 +90,7 @@ _rsinfer() {
                 --field|-f) return ;;
                 --threshold) return ;;
                 --types) return ;;
+                --labels) return ;;
                 --regions) return ;;
                 --on-error) COMPREPLY=($(compgen -W "fail skip keep" -- "$cur")); return ;;
                 --batch-lines) return ;;
@@ -106,7 +107,7 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --threshold --types --regions --on-error --allow-missing --batch-lines --policy --patterns --allow --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --threshold --types --labels --regions --on-error --allow-missing --batch-lines --policy --patterns --allow --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         download)
             case "$prev" in
                 --revision) return ;;
@@ -203,6 +204,7 @@ _rsinfer() {
                 --key-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --threshold) return ;;
                 --types) return ;;
+                --labels) return ;;
                 --regions) return ;;
                 --on-error) COMPREPLY=($(compgen -W "fail skip keep" -- "$cur")); return ;;
                 --hash-salt) return ;;
@@ -219,7 +221,7 @@ _rsinfer() {
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --mode --mask-char --replacement --policy --key-file --threshold --types --regions --spans --on-error --allow-missing --hash-salt --batch-lines --patterns --allow --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --field -f --plain --mode --mask-char --replacement --policy --key-file --threshold --types --labels --regions --spans --on-error --allow-missing --hash-salt --batch-lines --patterns --allow --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         rerank)
             case "$prev" in
                 --query|-q) return ;;

@@ -6,12 +6,15 @@ refuses."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from rsinfer_cli.errors import ModelLoadError
 from rsinfer_cli.pipelines import gliner as g
+from rsinfer_cli.pipelines.pii_gliner import DEFAULT_LABELS as DEFAULT_TYPES
 
 pytestmark = pytest.mark.shared
 
@@ -187,6 +190,8 @@ def gliner_server(shared_models):
               for name, labels in json.loads((shared_models / "tiny-gliner" / "reference.json").read_text(
                   encoding="utf-8"))["label_sets"].items()]
     models.append({"name": "tokens", "kind": "pii", "path": str(shared_models / "rampart-pii"), "replicas": 1})
+    models.append({**models[0], "name": "gl-low", "default": False, "threshold": 0.05,
+                   "pii_labels": {"person": "PERSON"}})
     with ServerThread(parse_config({"models": models})) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         yield c
 
@@ -258,7 +263,7 @@ def test_labels_per_request(tiny, gliner_server):
 
 
 @pytest.mark.parametrize(("body", "said"), [
-    ({"labels": [f"label {i}" for i in range(1000)]}, "`labels` has 1000 labels; at most 64"),
+    ({"labels": [f"label {i}" for i in range(1000)]}, "`labels` asks for 1000 labels; at most 64"),
     ({"labels": ["x" * 10_000]}, "labels[0]: a label is 1 to 100 characters"),
     ({"labels": []}, "`labels` is empty"),
     ({"labels": ["person"], "model": "tokens"}, "`labels` needs an open-label (GLiNER) model"),
@@ -271,3 +276,145 @@ def test_bad_labels_are_a_400(gliner_server, body, said):
     assert r.status_code == 400, r.text
     assert said in r.json()["error"]["message"]
     assert r.json()["error"]["param"] == "labels"
+
+
+def test_analyze_entities_are_labels_on_an_open_label_model(gliner_server):
+    """Presidio's GLiNERRecognizer rule: the model is asked for its configured labels and every requested entity
+    none of them answers as, that entity being the label and the type; a covered entity only filters."""
+    text = "Maria Lopez (maria@acme.example) joined Acme Corp on 3 May 2021 in Lisbon."
+
+    def analyze(entities, text=text):
+        r = gliner_server.post("/analyze", json={"text": text, "language": "en", "entities": entities,
+                                                 "model": "gl-low"})
+        assert r.status_code == 200, r.text
+        return sorted((e["start"], e["end"], e["entity_type"]) for e in r.json())
+
+    people = analyze(["PERSON"])              # `person` answers as PERSON: no label added, only a filter
+    assert people and people == [e for e in analyze(None) if e[2] == "PERSON"]
+    text = "Call 3 May 2021 date"           # with random weights, a text where `date` wins spans over `person`
+    added = analyze(["date", "PERSON"], text)
+    r = gliner_server.post("/pii/detect", json={"model": "gl-low", "text": text, "labels": ["person", "date"]})
+    dates = sorted((e["start"], e["end"], "date") for e in r.json()["results"][0]["entities"]
+                   if e["entity_type"] == "DATE")
+    assert dates and [e for e in added if e[2] == "date"] == dates
+    assert {t for _, _, t in added} <= {"date", "PERSON"}
+    closed = gliner_server.post("/analyze", json={"text": text, "language": "en", "entities": ["date"],
+                                                  "model": "tokens"})
+    assert closed.status_code == 200 and closed.json() == []       # a closed model ignores what it cannot find
+
+
+@pytest.mark.parametrize(("entities", "said"), [
+    ([f"label {i}" for i in range(1000)], "`entities` adds 1000 labels to the model's 4; at most 64 in all"),
+    (["x" * 10_000], "entities[0]: a label is 1 to 100 characters"),
+])
+def test_bad_analyze_entities_are_a_400(gliner_server, entities, said):
+    r = gliner_server.post("/analyze", json={"text": "Maria Lopez", "language": "en", "entities": entities})
+    assert r.status_code == 400, r.text
+    assert said in r.json()["error"]
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+def _cli(*args: str, stdin: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rsinfer_cli", *args], input=stdin, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def gliner_config(shared_models, tmp_path_factory):
+    path = tmp_path_factory.mktemp("gliner") / "rsinfer.yaml"
+    path.write_text(json.dumps({"models": [{"name": "gl", "kind": "pii", "path": str(shared_models / "tiny-gliner"),
+                                            "pii_recognizers": []}]}), encoding="utf-8")
+    return str(path)
+
+
+def test_cli_detect_and_redact_answer_what_the_package_finds(tiny, gliner_config):
+    """`rsinfer detect --labels` for each reference label set at each threshold (the package's spans, each label
+    answering as its default type or as itself in UPPER_SNAKE), and `rsinfer redact` replacing exactly those."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ref = tiny[3]
+    runs = []
+    for labels in ref["label_sets"].values():
+        cases = [c for c in ref["cases"] if c["labels"] == labels and not c["truncated"] and c["words"]]
+        stdin = "".join(json.dumps({"text": c["text"]}) + "\n" for c in cases)
+        for threshold in (0.3, 0.5, 0.9):
+            runs.append((cases, threshold, ("detect", "--config", gliner_config, "--labels", ",".join(labels),
+                                            "--threshold", str(threshold)), stdin))
+    with ThreadPoolExecutor(3) as pool:
+        procs = list(pool.map(lambda r: _cli(*r[2], stdin=r[3]), runs))
+    for (cases, threshold, _, _), proc in zip(runs, procs, strict=True):
+        assert proc.returncode == 0, proc.stderr
+        for case, line in zip(cases, proc.stdout.splitlines(), strict=True):
+            got = json.loads(line)["pii_spans"]["text"]
+            exp = next(r["entities"] for r in case["results"]
+                       if (r["threshold"], r["flat_ner"], r["multi_label"]) == (threshold, True, False))
+            assert [(e["start"], e["end"], e["entity_type"]) for e in got] == \
+                [(e["start"], e["end"], DEFAULT_TYPES.get(e["label"], e["label"].upper().replace(" ", "_")))
+                 for e in exp], (case["id"], threshold)
+            assert all(abs(a["score"] - b["score"]) <= 1e-4 for a, b in zip(got, exp, strict=True))
+    case = next(c for c in ref["cases"] if c["id"] == "contact/pii")
+    exp = next(r["entities"] for r in case["results"]
+               if (r["threshold"], r["flat_ner"], r["multi_label"]) == (0.5, True, False))
+    proc = _cli("redact", "--config", gliner_config, "--plain", "--mode", "replace", "--labels",
+                ",".join(case["labels"]), stdin=case["text"] + "\n")
+    assert proc.returncode == 0, proc.stderr
+    text = case["text"]
+    for e in sorted(exp, key=lambda e: -e["start"]):
+        text = text[:e["start"]] + f"<{DEFAULT_TYPES[e['label']]}>" + text[e["end"]:]
+    assert exp and proc.stdout == text + "\n"
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--labels", ",".join(f"l{i}" for i in range(1000))), "`--labels` asks for 1000 labels; at most 64"),
+    (("--labels", "x" * 10_000), "--labels[0]: a label is 1 to 100 characters"),
+    (("--labels", "person", "--types", "DATE"), "--types: the model has no DATE (it has "),
+    (("--labels", "person", "--policy", "policy.yaml"), "--labels applies to --field texts"),
+])
+def test_cli_bad_labels_name_the_flag(gliner_config, args, said, tmp_path):
+    (tmp_path / "policy.yaml").write_text("default: scan\n", encoding="utf-8")
+    args = tuple(str(tmp_path / a) if a == "policy.yaml" else a for a in args)
+    proc = _cli("detect", "--config", gliner_config, *args, stdin='{"text": "Maria"}\n')
+    assert proc.returncode == 2, proc.stderr
+    assert said in proc.stderr
+
+
+def test_cli_labels_on_a_closed_model_is_refused(shared_models):
+    proc = _cli("detect", "--path", str(shared_models / "rampart-pii"), "--labels", "employee id",
+                stdin='{"text": "Maria"}\n')
+    assert proc.returncode == 2, proc.stderr
+    assert "`--labels` needs an open-label (GLiNER) model" in proc.stderr
+
+
+def test_python_api_and_tables_take_labels(tiny, shared_models, tmp_path):
+    """Model.detect / redact with `labels` (texts, or label → type), the same spans as the package, and a
+    Parquet table scanned with --labels through api.arrow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import rsinfer_cli
+
+    ref = tiny[3]
+    case = next(c for c in ref["cases"] if c["id"] == "contact/date_location")
+    exp = next(r["entities"] for r in case["results"]
+               if (r["threshold"], r["flat_ner"], r["multi_label"]) == (0.3, True, False))
+    with rsinfer_cli.load(shared_models / "tiny-gliner", pii_recognizers=[], threshold=0.3) as model:
+        got = model.detect([case["text"]], labels=["date", "location"])[0]
+        assert [(e.start, e.end, e.entity_type) for e in got] == [(e["start"], e["end"], e["label"].upper())
+                                                                  for e in exp]
+        typed = model.detect([case["text"]], labels={"date": "WHEN", "location": "WHERE"})[0]
+        assert [e.entity_type for e in typed] == [{"date": "WHEN", "location": "WHERE"}[e["label"]] for e in exp]
+        red = model.redact([case["text"]], mode="replace", labels=["date", "location"])[0]
+        assert all(case["text"][e["start"]:e["end"]] not in red.text for e in exp if len(e["text"]) > 3)
+    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
+    pq.write_table(pa.table({"id": [1], "body": [case["text"]]}), src)
+    config = tmp_path / "rsinfer.yaml"
+    config.write_text(json.dumps({"models": [{"name": "gl", "kind": "pii", "threshold": 0.3, "pii_recognizers": [],
+                                              "path": str(shared_models / "tiny-gliner")}]}), encoding="utf-8")
+    proc = _cli("detect", "--config", str(config), "--input", str(src), "--column", "body", "--output", str(out),
+                "--labels", "date,location", stdin="")
+    assert proc.returncode == 0, proc.stderr
+    spans = pq.read_table(out).column("pii_spans").to_pylist()[0]
+    assert [(e["start"], e["end"], e["entity_type"]) for e in spans] == [(e["start"], e["end"], e["label"].upper())
+                                                                         for e in exp]

@@ -268,29 +268,33 @@ class Model:
 
     def detect(self, texts: Sequence[str], *, threshold: float | None = None, types: Sequence[str] | None = None,
                patterns: Sequence[Mapping[str, Any]] | None = None, allow: Sequence[str] | None = None,
-               deny: Mapping[str, Sequence[str]] | None = None, rules: Rules | None = None) -> list[list[Entity]]:
+               deny: Mapping[str, Sequence[str]] | None = None, rules: Rules | None = None,
+               labels: Sequence[str] | Mapping[str, str] | None = None) -> list[list[Entity]]:
         """PII found in each text: type, value, score and code-point offsets (Presidio's analyzer results).
         patterns / allow / deny: this run's own recognizers and lists, beside the model entry's (or `rules`, made
-        once by `pii_rules` for many calls)."""
+        once by `pii_rules` for many calls). labels: what an open-label (GLiNER) model is asked for instead of its
+        pii_labels (label texts, or label text → entity type)."""
         from ..pipelines.pii import PiiPipeline
 
         pipe = self._as(PiiPipeline, "detect")
         rules = rules if rules is not None else pii_rules(patterns, allow, deny)
         out: list[list[Entity]] = []
         for chunk in self._chunks(texts):
-            out += self._run(pipe.plan_detect, chunk, threshold, _types(types), rules).entities
+            out += self._run(pipe.plan_detect, chunk, threshold, _types(types), rules, None, labels).entities
         return out
 
     def redact(self, texts: Sequence[str], *, mode: str = "mask", mask_char: str = "*",
                replacement: str | None = None, threshold: float | None = None, types: Sequence[str] | None = None,
                salt: bytes | str | None = None, patterns: Sequence[Mapping[str, Any]] | None = None,
                allow: Sequence[str] | None = None, deny: Mapping[str, Sequence[str]] | None = None,
-               rules: Rules | None = None, key: bytes | None = None) -> list[RedactedText]:
+               rules: Rules | None = None, key: bytes | None = None,
+               labels: Sequence[str] | Mapping[str, str] | None = None) -> list[RedactedText]:
         """Each text with its PII replaced: mode mask (`mask_char` per character), remove, replace (`replacement`,
         default '<{type}>'), hash (salted sha256; `salt`, default the model's), pseudonym (keyed HMAC, the same
         token for the same value everywhere; `key`, default the model entry's pii_pseudonym_key_file or
         $RSINFER_PSEUDONYM_KEY) or numbered (`<PERSON_1>`, in order of first appearance in each text). A redaction
-        that cannot cover its text raises; it never returns a text with a found value left in it."""
+        that cannot cover its text raises; it never returns a text with a found value left in it. labels: as
+        detect's."""
         from ..pipelines.pii import PiiPipeline
 
         pipe = self._as(PiiPipeline, "redact")
@@ -299,7 +303,8 @@ class Model:
         out: list[RedactedText] = []
         for chunk in self._chunks(texts):
             res = self._run(pipe.plan_redact, chunk, mode=mode, mask_char=mask_char, replacement=replacement,
-                            threshold=threshold, types=_types(types), salt=salt_bytes, rules=rules, key=key)
+                            threshold=threshold, types=_types(types), salt=salt_bytes, rules=rules, key=key,
+                            labels=labels)
             out += [RedactedText(t, spans) for t, spans in zip(res.texts, res.spans, strict=True)]
         return out
 

@@ -14,6 +14,7 @@ from .common import COLUMN_OPT, ERROR_COLUMN_OPT, MODEL_FLAGS, TABLE_OUTPUT_OPT,
 
 if TYPE_CHECKING:
     from ..api import Model
+    from ..pipelines.pii import PiiPipeline
 
 EXAMPLES = """
 
@@ -46,6 +47,9 @@ INPUT_LINES_OPT = typer.Option(None, "--input", "-i", help="JSONL (or --plain) f
 PLAIN_OPT = typer.Option(False, "--plain", help="Lines are plain text, not JSONL.")
 THRESHOLD_OPT = typer.Option(None, "--threshold", help="Minimum token probability (model default 0.5).")
 TYPES_OPT = typer.Option(None, "--types", help="Only these entity types, comma-separated.")
+LABELS_OPT = typer.Option(None, "--labels", help="An open-label (GLiNER) model: the labels to find instead of its "
+                          "pii_labels, comma-separated ('employee id,case number'); each answers as its pii_labels "
+                          "type, else as itself in UPPER_SNAKE.")
 REGIONS_OPT = typer.Option(None, "--regions", help="Phone numbering plans and national-id schemes to recognise, "
                            "comma-separated ISO codes, e.g. US,GB,DE (default: the model's pii_regions).")
 ON_ERROR_OPT = typer.Option("fail", "--on-error", help="A malformed line (not JSON, not an object): fail, skip "
@@ -110,6 +114,7 @@ class Run:
     rules: Any = None            # --patterns / --allow: pii_rules.Rules beside the model entry's own
     policy: Any = None           # --policy: records.Policy (instead of --field)
     key: bytes | None = None     # --key-file: mode pseudonym's key
+    labels: tuple[str, ...] | None = None    # --labels: what an open-label (GLiNER) model is asked for
 
     def check(self) -> None:
         """Each flag's own rule, before any model loads (ConfigError naming the flag)."""
@@ -123,6 +128,8 @@ class Run:
             (self.replacement is None or self.mode != "replace" or "{type}" in self.replacement,
              "--replacement must contain {type}, e.g. '<{type}>'"),
             (not (self.plain and self.policy is not None), "--policy needs JSONL records, not --plain lines"),
+            (not (self.labels is not None and self.policy is not None),
+             "--labels applies to --field texts; a policy's fields are scanned for the model's pii_labels"),
             (not (self.plain and self.spans and self.redacting),
              "--spans needs JSONL records; with --plain use `rsinfer detect --plain`"),
             (self.batch_lines >= 1, f"--batch-lines must be >= 1, got {self.batch_lines}"),
@@ -152,11 +159,11 @@ class Table:
         if run.redacting:
             options = {"mode": run.mode, "mask_char": run.mask_char, "replacement": run.replacement,
                        "threshold": run.threshold, "types": run.types, "salt": run.salt, "rules": run.rules,
-                       "key": run.key}
+                       "key": run.key, "labels": run.labels}
             return table_job("redact", options, column, None, self.error_column, output_column=column,
                              spans=run.spans, spans_column=SPANS_KEY)
-        return table_job("detect", {"threshold": run.threshold, "types": run.types, "rules": run.rules}, column,
-                         None, self.error_column, output_column=SPANS_KEY)
+        return table_job("detect", {"threshold": run.threshold, "types": run.types, "rules": run.rules,
+                                    "labels": run.labels}, column, None, self.error_column, output_column=SPANS_KEY)
 
 
 def _run(run: Run, input_: Path | None, source: ModelFlags, regions: tuple[str, ...] | None,
@@ -181,9 +188,7 @@ def _run(run: Run, input_: Path | None, source: ModelFlags, regions: tuple[str, 
     model = open_model(PiiPipeline.kind, source, flags={"pii_regions": "--regions"}, pii_regions=regions)
     pipe = model.pipeline
     assert isinstance(pipe, PiiPipeline)
-    unknown = sorted(set(run.types or ()) - set(pipe.types) - set(run.rules.types if run.rules else ()))
-    if unknown:
-        raise ConfigError(f"--types: the model has no {', '.join(unknown)} (it has {', '.join(pipe.types)})")
+    _check_types(pipe, run)
     if run.policy is not None:
         run.policy.check_types([*pipe.types, *(run.rules.types if run.rules else ())], "--policy")
     if run.redacting and run.mode == "hash" and run.salt is None and pipe.salt_source.startswith("random"):
@@ -203,6 +208,21 @@ def _run(run: Run, input_: Path | None, source: ModelFlags, regions: tuple[str, 
             raise
     out.flush()
     malformed.report()
+
+
+def _check_types(pipe: PiiPipeline, run: Run) -> None:
+    """--labels fit the model (an open-label one), and --types are among what it, those labels and --patterns find
+    (ConfigError naming the flag)."""
+    from ..errors import ConfigError, InputError
+
+    try:
+        added = pipe.check_labels(run.labels, "--labels")
+    except InputError as exc:
+        raise ConfigError(exc.message) from None
+    known = [*pipe.types, *sorted(added - set(pipe.types))]
+    unknown = sorted(set(run.types or ()) - set(known) - set(run.rules.types if run.rules else ()))
+    if unknown:
+        raise ConfigError(f"--types: the model has no {', '.join(unknown)} (it has {', '.join(known)})")
 
 
 def _items(lines: Iterable[tuple[int, str, str, str]], run: Run, malformed: _Malformed) -> Iterator[Item]:
@@ -318,9 +338,10 @@ class _Output:
             return [], []
         if run.redacting:
             done = model.redact(texts, mode=run.mode, mask_char=run.mask_char, replacement=run.replacement,
-                                threshold=run.threshold, types=run.types, salt=run.salt, rules=run.rules, key=run.key)
+                                threshold=run.threshold, types=run.types, salt=run.salt, rules=run.rules, key=run.key,
+                                labels=run.labels)
             return [d.text for d in done], [[e.to_json() for e in d.spans] for d in done]
-        found = model.detect(texts, threshold=run.threshold, types=run.types, rules=run.rules)
+        found = model.detect(texts, threshold=run.threshold, types=run.types, rules=run.rules, labels=run.labels)
         return texts, [[e.to_json() for e in ents] for ents in found]
 
     def _write(self, it: Item, new: list[str], shown: list[list[dict[str, Any]]], k: int) -> int:
@@ -353,7 +374,7 @@ class _Output:
 
 
 def _types(value: str | None) -> tuple[str, ...] | None:
-    """--types: entity types, comma-separated (none given: every type)."""
+    """--types (or --labels): entity types, comma-separated (none given: every type)."""
     wanted = tuple(t.strip() for t in value.split(",") if t.strip()) if value else ()
     return wanted or None
 
@@ -441,6 +462,7 @@ def redact_cmd(
                                   "or base64 (default: the model's pii_pseudonym_key_file, $RSINFER_PSEUDONYM_KEY)."),
     threshold: float = THRESHOLD_OPT,
     types: str = TYPES_OPT,
+    labels: str = LABELS_OPT,
     regions: str = REGIONS_OPT,
     spans: bool = typer.Option(False, "--spans", help=f"Add the redacted spans under `{SPANS_KEY}`: type, score, "
                                "offsets and replacement, never the removed value."),
@@ -460,7 +482,8 @@ def redact_cmd(
               allow_missing=allow_missing, mode=mode, mask_char=mask_char, replacement=replacement,
               threshold=threshold, types=_types(types), spans=spans,
               salt=hash_salt.encode("utf-8") if hash_salt else None, batch_lines=batch_lines,
-              rules=_rules(patterns, allow), policy=_policy(policy, fields), key=_key(key_file))
+              rules=_rules(patterns, allow), policy=_policy(policy, fields), key=_key(key_file),
+              labels=_types(labels))
     _run(run, input_, source, _regions(regions), Table(output, column, error_column))
 
 
@@ -471,6 +494,7 @@ def detect_cmd(
     plain: bool = PLAIN_OPT,
     threshold: float = THRESHOLD_OPT,
     types: str = TYPES_OPT,
+    labels: str = LABELS_OPT,
     regions: str = REGIONS_OPT,
     on_error: OnError = ON_ERROR_OPT,
     allow_missing: bool = ALLOW_MISSING_OPT,
@@ -485,7 +509,7 @@ def detect_cmd(
 ) -> None:
     run = Run(redacting=False, fields=tuple(fields or ("text",)), plain=plain, on_error=on_error,
               allow_missing=allow_missing, threshold=threshold, types=_types(types), batch_lines=batch_lines,
-              rules=_rules(patterns, allow), policy=_policy(policy, fields))
+              rules=_rules(patterns, allow), policy=_policy(policy, fields), labels=_types(labels))
     _run(run, input_, source, _regions(regions), Table(output, column, error_column))
 
 

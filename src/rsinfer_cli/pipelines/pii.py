@@ -11,7 +11,7 @@ import re
 import secrets
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -460,6 +460,9 @@ def rewrite(text: str, entities: Sequence[Entity], new_value: Callable[[Entity, 
 MAX_LABELS = 64             # labels one GLiNER prompt may hold (pii_labels)
 MAX_LABEL_CHARS = 100       # characters of one label
 ENTITY_TYPE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+# what an open-label model is asked for: label texts (each answers as its pii_labels type, else as the label written
+# UPPER_SNAKE), or label text -> the entity type it answers as
+Labels = Sequence[str] | Mapping[str, str]
 
 
 def check_labels(labels: dict[str, str] | None) -> list[tuple[str, str]]:
@@ -628,7 +631,7 @@ class PiiPipeline(TextPipeline):
     def windows_of(self, n: int) -> list[tuple[int, int]]:
         return plan_windows(n, self.window, self.overlap)
 
-    def plan_probs(self, texts: Sequence[str], timing: Timing, labels: Sequence[str] | None = None
+    def plan_probs(self, texts: Sequence[str], timing: Timing, labels: Labels | None = None
                    ) -> tuple[Encoded, Callable[[list[Any]], list[tuple[Any, Array]]]]:
         """Window rows of every text, and how their per-token rows stitch back to one row per token per text."""
         t0 = time.perf_counter()
@@ -657,15 +660,21 @@ class PiiPipeline(TextPipeline):
 
         return Encoded(ids=ids, type_ids=type_ids), per_text
 
-    def check_labels(self, labels: Sequence[str] | None) -> set[str]:
+    def check_labels(self, labels: Labels | None, param: str = "labels") -> set[str]:
         """A request's own `labels` (an open-label model's; InputError here): the entity types they add."""
         if labels is not None:
-            raise InputError(f"`labels` needs an open-label (GLiNER) model; model '{self.model.name}' finds the "
-                             f"types it was trained on: {', '.join(self.types)}", param="labels")
+            raise InputError(f"`{param}` needs an open-label (GLiNER) model; model '{self.model.name}' finds the "
+                             f"types it was trained on: {', '.join(self.types)}", param=param)
         return set()
 
+    def open_labels(self, entities: Sequence[str], named: Callable[[str], str]) -> dict[str, str] | None:
+        """Presidio's `entities` as what an open-label model is asked for: its configured labels and every entity
+        none of them answers as (`named`: an entity type as the caller names it), that entity being both the label
+        and its type; None: the configured labels (a closed model finds what it was trained on)."""
+        return None
+
     def check_options(self, threshold: float | None, types: Sequence[str] | None, rules: Rules | None = None,
-                      texts: Sequence[str] = (), labels: Sequence[str] | None = None) -> None:
+                      texts: Sequence[str] = (), labels: Labels | None = None) -> None:
         """`threshold` in [0, 1], `types` among what the model (asked for `labels`), the recognizers and the rules
         can find, and a request's own patterns within their work limit over `texts` (InputError)."""
         check_threshold(threshold)
@@ -732,7 +741,7 @@ class PiiPipeline(TextPipeline):
 
     def plan_detect(self, texts: Sequence[str], threshold: float | None = None,
                     types: Sequence[str] | None = None, rules: Rules | None = None,
-                    rule_threshold: float | None = None, labels: Sequence[str] | None = None) -> Work[Detection]:
+                    rule_threshold: float | None = None, labels: Labels | None = None) -> Work[Detection]:
         """`rules`: a request's own patterns, allow and deny lists (pii_rules.request_rules), beside the entry's;
         `rule_threshold`: the score their matches need (default `threshold`; Presidio's score_threshold); `labels`:
         what an open-label model is asked for instead of its configured labels."""
@@ -774,7 +783,7 @@ class PiiPipeline(TextPipeline):
                     replacement: str | None = None, threshold: float | None = None,
                     types: Sequence[str] | None = None, salt: bytes | None = None,
                     rules: Rules | None = None, key: bytes | None = None,
-                    labels: Sequence[str] | None = None) -> Work[Redaction]:
+                    labels: Labels | None = None) -> Work[Redaction]:
         """Each text is a record of its own (numbered mode counts from 1 in each)."""
         replacer = self.replacer(mode, mask_char, replacement, salt, key)  # the options checked before any work
         self.check_options(threshold, types, rules, texts, labels)
@@ -790,8 +799,9 @@ class PiiPipeline(TextPipeline):
         return self.work(enc, finish, timing)
 
     def detect(self, texts: Sequence[str], threshold: float | None = None,
-               types: Sequence[str] | None = None, rules: Rules | None = None) -> Detection:
-        return self.run(self.plan_detect(texts, threshold, types, rules))
+               types: Sequence[str] | None = None, rules: Rules | None = None,
+               labels: Labels | None = None) -> Detection:
+        return self.run(self.plan_detect(texts, threshold, types, rules, labels=labels))
 
     def redact(self, texts: Sequence[str], **kw: Any) -> Redaction:
         return self.run(self.plan_redact(texts, **kw))

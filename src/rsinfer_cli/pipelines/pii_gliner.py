@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from ..engine.session import Session
 from ..errors import InputError, ModelLoadError
 from . import gliner
 from .base import RowPipeline, Timing, Work
-from .pii import MAX_LABEL_CHARS, MAX_LABELS, Entity, PiiOptions, PiiPipeline
+from .pii import MAX_LABEL_CHARS, MAX_LABELS, Entity, Labels, PiiOptions, PiiPipeline
 
 # the labels a GLiNER PII model is asked for when the entry names none, and the entity types they answer as
 # (Presidio's names where rsinfer's PII types have none of their own)
@@ -31,6 +31,13 @@ DEFAULT_LABELS = {"person": "PERSON", "organization": "ORGANIZATION", "location"
 def type_of(label: str) -> str:
     """A label written as an entity type: words joined by _, upper case ("employee id" → EMPLOYEE_ID)."""
     return re.sub(r"\W+", "_", label).strip("_").upper() or "ENTITY"
+
+
+def check_texts(labels: Sequence[Any], param: str) -> None:
+    """Each label a text of 1 to MAX_LABEL_CHARS characters (InputError naming the first that is not)."""
+    for i, label in enumerate(labels):
+        if not isinstance(label, str) or not label.strip() or len(label) > MAX_LABEL_CHARS:
+            raise InputError(f"{param}[{i}]: a label is 1 to {MAX_LABEL_CHARS} characters", param=param)
 
 
 @dataclass(frozen=True)
@@ -91,28 +98,38 @@ class GlinerPiiPipeline(PiiPipeline):
                 "window_words": self.gliner.max_len, "window_overlap_words": self.overlap,
                 "max_span_words": self.gliner.max_width}
 
-    def label_types_of(self, labels: Sequence[str] | None) -> dict[str, str]:
-        """A request's labels and their entity types: pii_labels' where it names the label, else the label written
-        as an entity type ("employee id" → EMPLOYEE_ID); None: the configured labels."""
+    def label_types_of(self, labels: Labels | None) -> dict[str, str]:
+        """A request's labels and their entity types: a mapping's own, else pii_labels' where it names the label,
+        else the label written as an entity type ("employee id" → EMPLOYEE_ID); None: the configured labels."""
         if labels is None:
             return self.label_types
+        if isinstance(labels, Mapping):
+            return dict(labels)
         return {label: self.label_types.get(label) or type_of(label) for label in gliner.unique_labels(labels)}
 
-    def check_labels(self, labels: Sequence[str] | None) -> set[str]:
+    def check_labels(self, labels: Labels | None, param: str = "labels") -> set[str]:
         if labels is None:
             return set()
         if not labels:
-            raise InputError("`labels` is empty: name at least one, or leave it out for the model's own",
-                             param="labels")
+            raise InputError(f"`{param}` is empty: name at least one label, or leave it out for the model's own",
+                             param=param)
         if len(labels) > MAX_LABELS:
-            raise InputError(f"`labels` has {len(labels)} labels; at most {MAX_LABELS}", param="labels")
-        for i, label in enumerate(labels):
-            if not isinstance(label, str) or not label.strip() or len(label) > MAX_LABEL_CHARS:
-                raise InputError(f"labels[{i}]: a label is 1 to {MAX_LABEL_CHARS} characters", param="labels")
+            raise InputError(f"`{param}` asks for {len(labels)} labels; at most {MAX_LABELS}", param=param)
+        check_texts(list(labels), param)
         return set(self.label_types_of(labels).values())
 
-    def plan_probs(self, texts: Sequence[str], timing: Timing,
-                   labels: Sequence[str] | None = None) -> tuple[Any, Any]:
+    def open_labels(self, entities: Sequence[str], named: Callable[[str], str]) -> dict[str, str] | None:
+        check_texts(entities, "entities")
+        known = {named(t) for t in self.label_types.values()}
+        extra = [e for e in gliner.unique_labels(entities) if e not in known and e not in self.label_types]
+        if not extra:
+            return None
+        if len(self.label_types) + len(extra) > MAX_LABELS:
+            raise InputError(f"`entities` adds {len(extra)} labels to the model's {len(self.label_types)}; at most "
+                             f"{MAX_LABELS} in all", param="entities")
+        return {**self.label_types, **{e: e for e in extra}}
+
+    def plan_probs(self, texts: Sequence[str], timing: Timing, labels: Labels | None = None) -> tuple[Any, Any]:
         """One row per window of every text; per text, its words, windows and their outputs."""
         t0 = time.perf_counter()
         types = self.label_types_of(labels)

@@ -51,8 +51,9 @@ class AnalyzeRequest(Request):
     text: Annotated[str | list[str], Meta(description="A text, or a list of texts (Presidio's batch form: one "
                                                       "result list per text)")]
     language: Annotated[str, Meta(description="One of the model's pii_languages (default en); another is a 400")]
-    entities: Annotated[list[str] | None, Meta(description="Presidio entity types to return; empty or absent: all; "
-                                                           "a type no recognizer finds is ignored")] = None
+    entities: Annotated[list[str] | None, Meta(description=(
+        "Presidio entity types to return; empty or absent: all; a type no recognizer finds is ignored, except on "
+        "an open-label (GLiNER) model, which is also asked for it as a label (at most 64 labels in all)"))] = None
     score_threshold: Annotated[float, Meta(ge=0, le=1)] | None = None
     return_decision_process: bool | int = False
     ad_hoc_recognizers: list[dict[str, Any]] | None = None
@@ -268,7 +269,9 @@ async def analyze(request: web.Request) -> web.Response:
     rules = request_rules(patterns, allow, req.allow_list_match, deny)
     wanted = set(req.entities) if req.entities else None     # [] is every entity, as in Presidio
     floor = req.score_threshold or 0.0
-    det = await call.infer(pipe.plan_detect, texts, None, None, rules, floor)
+    # an open-label model is also asked for each entity none of its labels answers as (Presidio's GLiNERRecognizer)
+    labels = pipe.open_labels(req.entities, lambda t: PRESIDIO.get(t, t)) if req.entities else None
+    det = await call.infer(pipe.plan_detect, texts, None, None, rules, floor, labels)
     explain = bool(req.return_decision_process)
     out = [[AnalyzeResult(entity_type=presidio_type(e), start=e.start, end=e.end, score=e.score,
                           analysis_explanation=_explanation(e) if explain else None)
