@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from rsinfer_cli.errors import ModelLoadError
+from rsinfer_cli.errors import InputError, ModelLoadError
 from rsinfer_cli.pipelines import gliner as g
 from rsinfer_cli.pipelines.pii_gliner import DEFAULT_LABELS as DEFAULT_TYPES
 
@@ -138,6 +138,38 @@ def test_an_entity_across_each_window_boundary_is_found_once(tiny):
                               "label": "thing", "score": pytest.approx(1 / (1 + np.exp(-5.0)))}], (lo, hi, first)
 
 
+def test_a_row_over_the_token_limit_is_split_not_truncated(tiny, shared_models):
+    """Where the package's tokenizer would truncate a row at model_max_length (and the words past the cut get no
+    token), the text is windowed by tokens too: every row within the limit, every word in a window, neighbours
+    overlapping; a lone word over the budget keeps its first token. Within the limit nothing changes."""
+    import dataclasses
+
+    import rsinfer_cli
+
+    cfg, tok, run, _ = tiny
+    labels = ["person", "email address"]
+    tight = dataclasses.replace(cfg, max_tokens=40)
+    text = " ".join(f"Dr{i} Zyxwvut{i}" for i in range(40)) + " " + "qz" * 45 + " end"
+    words = g.split_words(text).words
+    planned = g.plan_text(tok, tight, labels, words)
+    wins = [w for w, _ in planned]
+    assert all(len(enc.input_ids) <= 40 and enc.words_used == hi - lo for (lo, hi), enc in planned)
+    assert wins[0][0] == 0 and wins[-1][1] == len(words)
+    assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(wins, wins[1:], strict=False))       # in order
+    assert all(b[0] < a[1] or words[a[1]] == "qz" * 45 or words[a[0]] == "qz" * 45     # overlapping, but beside
+               for a, b in zip(wins, wins[1:], strict=False))                           # the over-budget word
+    lone = next(enc for (lo, hi), enc in planned if words[lo:hi] == ("qz" * 45,))
+    assert max(lone.words_mask) == 1
+    short = g.split_words("Maria Lopez wrote to maria@example.com").words
+    assert g.plan_text(tok, tight, labels, short) == g.plan_text(tok, cfg, labels, short)
+    assert g.predict(run, tok, tight, [text], labels, 0.5)[0]          # it runs: no row over the graph's limit
+    with rsinfer_cli.load(shared_models / "tiny-gliner", max_len=40, pii_labels={"person": "PERSON"}) as model:
+        assert model.pipeline.describe()["window_tokens"] == 40
+        model.detect([text])
+        with pytest.raises(InputError, match="a row holds at most 40"):
+            model.detect(["x"], labels=[f"a much longer label number {i}" for i in range(8)])
+
+
 def test_empty_texts_run_nothing(tiny):
     cfg, tok, _, _ = tiny
 
@@ -167,6 +199,25 @@ def test_a_folder_or_graph_that_is_not_gliner_is_refused(shared_models, tmp_path
         g.check_graph(["input_ids", "attention_mask", "token_type_ids"])
     with pytest.raises(ModelLoadError, match="logits of rank 3"):
         g.check_graph(list(g.GRAPH_INPUTS), ["b", "w", "l"])
+
+
+def test_a_folder_named_as_gliner_that_is_not_is_a_load_error(shared_models, tmp_path):
+    """pii_labels on a token classifier, and gliner_config.json beside a graph that is not GLiNER's: each refused
+    as it loads, with the reason."""
+    import rsinfer_cli
+
+    with pytest.raises(ModelLoadError, match="this folder has no gliner_config.json: it is a token classifier"):
+        rsinfer_cli.load(shared_models / "rampart-pii", pii_labels={"employee id": "EMPLOYEE_ID"})
+    fake = tmp_path / "fake-gliner"
+    (fake / "onnx").mkdir(parents=True)
+    src = shared_models / "rampart-pii"
+    for f in src.rglob("*"):
+        if f.is_file() and f.name != "reference.json":
+            (fake / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+            (fake / f.relative_to(src)).symlink_to(f)
+    (fake / "gliner_config.json").write_bytes((shared_models / "tiny-gliner" / "gliner_config.json").read_bytes())
+    with pytest.raises(ModelLoadError, match="lacks input"):
+        rsinfer_cli.load(fake, kind="pii")
 
 
 # ---------------------------------------------------------------- as the pii family's model

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import ModelLoadError
+from ..errors import InputError, ModelLoadError
 
 WORD = re.compile(r"\w+(?:[-_]\w+)*|\S")
 SPAN_MODES = ("markerV0",)          # the span graphs the ONNX export of gliner 0.2.x writes (inputs as below)
@@ -39,6 +41,8 @@ class GlinerConfig:
     max_len: int
     ent_token: str
     sep_token: str
+    # the tokens one row may hold (the tokenizer's model_max_length, where the package truncates; None: no limit)
+    max_tokens: int | None = None
 
     @classmethod
     def load(cls, folder: Path) -> GlinerConfig:
@@ -47,10 +51,15 @@ class GlinerConfig:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{path.name}: not a GLiNER folder ({exc})") from None
-        return cls.of(raw, path.name)
+        try:
+            limit = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("model_max_length")
+        except (OSError, ValueError, AttributeError):
+            limit = None
+        return cls.of(raw, path.name, int(limit) if isinstance(limit, (int, float)) and 0 < limit < 1e6 else None)
 
     @classmethod
-    def of(cls, raw: dict[str, Any], where: str = "gliner_config.json") -> GlinerConfig:
+    def of(cls, raw: dict[str, Any], where: str = "gliner_config.json", max_tokens: int | None = None
+           ) -> GlinerConfig:
         mode = raw.get("span_mode")
         if mode not in SPAN_MODES:
             raise ModelLoadError(f"{where}: span_mode {mode!r} is not supported (supported: "
@@ -66,7 +75,7 @@ class GlinerConfig:
             raise ModelLoadError(f"{where}: a bi-encoder GLiNER (labels_encoder) is not supported")
         try:
             return cls(int(raw["max_width"]), int(raw["max_len"]), str(raw.get("ent_token", "<<ENT>>")),
-                       str(raw.get("sep_token", "<<SEP>>")))
+                       str(raw.get("sep_token", "<<SEP>>")), max_tokens)
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelLoadError(f"{where}: missing or invalid {exc}") from None
 
@@ -99,25 +108,61 @@ class Encoded:
     words_used: int             # the text's words the model sees (at most max_len)
 
 
-def encode(tokenizer: Any, cfg: GlinerConfig, labels: Sequence[str], words: Sequence[str]) -> Encoded:
+def encode(tokenizer: Any, cfg: GlinerConfig, labels: Sequence[str], words: Sequence[str],
+           cut: bool = False) -> Encoded:
     """The prompt and the first `max_len` of `words` (a text's, or one window of them) as pre-split words;
-    `tokenizer` has no truncation or padding."""
+    `tokenizer` has no truncation or padding. `cut`: a row over max_tokens loses the tokens before its closing
+    specials (a window of one word that alone is over the limit: its first token, which the model reads, stays)."""
     prompt: list[str] = []
     for label in labels:
         prompt += [cfg.ent_token, label]
     prompt.append(cfg.sep_token)
     used = list(words[:cfg.max_len])
     enc = tokenizer.encode(prompt + used, is_pretokenized=True)
-    mask = [0] * len(enc.ids)
+    ids, word_ids = list(enc.ids), list(enc.word_ids)
+    if cut and cfg.max_tokens is not None and len(ids) > cfg.max_tokens:
+        tail = next((k for k in range(len(word_ids)) if word_ids[-1 - k] is not None), 0)
+        keep = cfg.max_tokens - tail
+        ids, word_ids = ids[:keep] + ids[len(ids) - tail:], word_ids[:keep] + word_ids[len(word_ids) - tail:]
+    mask = [0] * len(ids)
     seen = -1
     counted = 0
-    for i, word in enumerate(enc.word_ids):
+    for i, word in enumerate(word_ids):
         if word is None or word < len(prompt) or word == seen:
             continue
         seen = word
         counted += 1
         mask[i] = counted
-    return Encoded(list(enc.ids), mask, len(used))
+    return Encoded(ids, mask, len(used))
+
+
+def word_tokens(tokenizer: Any, words: Sequence[str]) -> list[int]:
+    """The tokens each word makes (pre-split words, no specials: what it adds to a row)."""
+    sizes = [0] * len(words)
+    for w in tokenizer.encode(list(words), is_pretokenized=True, add_special_tokens=False).word_ids:
+        if w is not None:
+            sizes[w] += 1
+    return sizes
+
+
+def plan_text(tokenizer: Any, cfg: GlinerConfig, labels: Sequence[str], words: Sequence[str]
+              ) -> list[tuple[tuple[int, int], Encoded]]:
+    """A text's windows and their rows: `windows`' (exactly the package's within max_len words), unless a row
+    would hold more than max_tokens tokens, where the package's tokenizer truncates and the words past the cut
+    get no token; then windows that fit the token budget too (token_windows), so no word goes unread."""
+    if not words:
+        return []
+    wins = windows(len(words), cfg)
+    rows = [encode(tokenizer, cfg, labels, words[lo:hi]) for lo, hi in wins]
+    limit = cfg.max_tokens
+    if limit is None or all(len(r.input_ids) <= limit for r in rows):
+        return list(zip(wins, rows, strict=True))
+    budget = limit - len(encode(tokenizer, cfg, labels, []).input_ids)
+    if budget < 1:
+        raise InputError(f"the labels make a prompt of {limit - budget} tokens, and a row holds at most {limit} "
+                         "(the tokenizer's model_max_length): ask for fewer or shorter labels", param="labels")
+    wins = token_windows(word_tokens(tokenizer, words), cfg, budget)
+    return [(w, encode(tokenizer, cfg, labels, words[w[0]:w[1]], cut=True)) for w in wins]
 
 
 def feeds(batch: Sequence[Encoded], max_width: int) -> dict[str, np.ndarray]:
@@ -213,6 +258,26 @@ def windows(n_words: int, cfg: GlinerConfig) -> list[tuple[int, int]]:
     return [(start, start + cfg.max_len) for start in starts]
 
 
+def token_windows(sizes: Sequence[int], cfg: GlinerConfig, budget: int) -> list[tuple[int, int]]:
+    """[start, end) word windows of at most max_len words and `budget` tokens (`sizes`: each word's), from the first
+    word to the last, each as long as it can be, neighbours sharing overlap_words (at most half a window). A word
+    over the budget alone is a window of its own, and the windows beside it do not reach into it."""
+    n = len(sizes)
+    ends = [0, *accumulate(sizes)]          # ends[i]: the tokens of words [0, i)
+
+    def end_from(lo: int) -> int:
+        return max(bisect_right(ends, ends[lo] + budget, lo + 1, min(lo + cfg.max_len, n) + 1) - 1, lo + 1)
+
+    out = [(0, end_from(0))]
+    while out[-1][1] < n:
+        lo, hi = out[-1]
+        start = max(hi - min(overlap_words(cfg), (hi - lo) // 2), lo + 1)
+        if end_from(start) <= hi:           # the next word does not fit beside the shared ones: start afresh
+            start = hi
+        out.append((start, end_from(start)))
+    return out
+
+
 def merge_windows(per_window: Sequence[tuple[tuple[int, int], Sequence[Span]]]) -> list[Span]:
     """Candidates of overlapping windows as one text's: a span two windows found is taken from the one that saw
     the most words on both sides of it (the earlier one on a tie); the result in (start, width, label) order, as one
@@ -256,13 +321,13 @@ def predict(run: Callable[[dict[str, np.ndarray]], np.ndarray], tokenizer: Any, 
     every word past max_len) and decoded as one text."""
     labels = unique_labels(labels)
     split = [split_words(t) for t in texts]
-    jobs = [(i, win) for i, w in enumerate(split) if w.words for win in windows(len(w.words), cfg)]
+    jobs = [(i, win, enc) for i, w in enumerate(split) for win, enc in plan_text(tokenizer, cfg, labels, w.words)]
     found: dict[int, list[tuple[tuple[int, int], list[Span]]]] = {}
     for at in range(0, len(jobs), batch_size):
         chunk = jobs[at:at + batch_size]
-        encoded = [encode(tokenizer, cfg, labels, split[i].words[lo:hi]) for i, (lo, hi) in chunk]
+        encoded = [enc for _, _, enc in chunk]
         logits = run(feeds(encoded, cfg.max_width))
-        for (i, win), enc, lg in zip(chunk, encoded, logits, strict=True):
+        for (i, win, _), enc, lg in zip(chunk, encoded, logits, strict=True):
             found.setdefault(i, []).append((win, candidates(lg, enc.words_used, threshold, offset=win[0])))
     return [entities(w, greedy(merge_windows(found.get(i, [])), flat_ner, multi_label), labels)
             for i, w in enumerate(split)]

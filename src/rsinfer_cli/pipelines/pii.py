@@ -556,6 +556,11 @@ class PiiPipeline(TextPipeline):
         super().__init__(model)
         cfg = model.config
         opts = cfg.own(PiiOptions)
+        if opts.pii_labels is not None:
+            raise ModelLoadError(f"model '{cfg.name}': pii_labels name what an open-label (GLiNER) model is asked for, "
+                                 "and this folder has no gliner_config.json: it is a token classifier, which finds "
+                                 "the labels of its config.json id2label; drop pii_labels, or point path at a GLiNER "
+                                 "folder", model=cfg.name)
         self.labels = id2label(model)
         self.output = pick_output(model, LOGIT_OUTPUTS)
         shape = self.output_shape(self.output)

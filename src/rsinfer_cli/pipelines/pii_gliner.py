@@ -64,7 +64,7 @@ class GlinerPiiPipeline(PiiPipeline):
         cfg = model.config
         opts = cfg.own(PiiOptions)
         self.gliner = gliner.GlinerConfig.of(model.aux.get("gliner_config.json") or {},
-                                             f"model '{cfg.name}': gliner_config.json")
+                                             f"model '{cfg.name}': gliner_config.json", model.max_len)
         outputs = {t.name: t for t in model.graph.outputs}
         self.output = "logits" if "logits" in outputs else next(iter(outputs))
         try:
@@ -87,15 +87,18 @@ class GlinerPiiPipeline(PiiPipeline):
         self._encode_prompt_check()
 
     def _encode_prompt_check(self) -> None:
-        """The prompt of every label fits beside one word: a label list the tokenizer cannot hold is a load error."""
+        """The prompt of every label fits a row beside one word: a label list the model cannot hold is a load
+        error."""
         enc = gliner.encode(self.tokenizer, self.gliner, self.labels, ["x"])
-        if len(enc.input_ids) > 512:
+        limit = self.gliner.max_tokens
+        if limit is not None and len(enc.input_ids) > limit:
             raise ModelLoadError(f"model '{self.model.name}': pii_labels make a prompt of {len(enc.input_ids)} "
-                                 "tokens; at most 512", model=self.model.name)
+                                 f"tokens; a row holds at most {limit} (max_len)", model=self.model.name)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "model": "gliner", "labels": self.label_types,
-                "window_words": self.gliner.max_len, "window_overlap_words": self.overlap,
+        described = {k: v for k, v in super().describe().items() if k not in ("window_tokens", "window_overlap")}
+        return {**described, "model": "gliner", "labels": self.label_types, "window_words": self.gliner.max_len,
+                "window_overlap_words": self.overlap, "window_tokens": self.gliner.max_tokens or "no limit",
                 "max_span_words": self.gliner.max_width}
 
     def label_types_of(self, labels: Labels | None) -> dict[str, str]:
@@ -137,11 +140,10 @@ class GlinerPiiPipeline(PiiPipeline):
         planned = Planned([], [])
         for text in texts:
             words = gliner.split_words(text)
-            wins = gliner.windows(len(words.words), self.gliner) if words.words else []
-            planned.texts.append((words, wins))
-            for lo, hi in wins:
-                enc = gliner.encode(self.tokenizer, self.gliner, prompt, words.words[lo:hi])
-                planned.ids.append(Row(tuple(enc.input_ids), tuple(enc.words_mask), enc.words_used, len(prompt)))
+            rows = gliner.plan_text(self.tokenizer, self.gliner, prompt, words.words)
+            planned.texts.append((words, [win for win, _ in rows]))
+            planned.ids += [Row(tuple(enc.input_ids), tuple(enc.words_mask), enc.words_used, len(prompt))
+                            for _, enc in rows]
         timing.tokenize_s += time.perf_counter() - t0
 
         def per_text(rows: list[Any]) -> list[tuple[gliner.Words, list[tuple[tuple[int, int], Any]], dict[str, str]]]:
