@@ -77,7 +77,7 @@ def main() -> int:
     args = ap.parse_args()
     records = [json.loads(line) for line in pii_eval.DATA.read_text(encoding="utf-8").splitlines()]
     names = ("email", "url", "ip_address", "ssn", "credit_card", "phone", "iban", "national_id")
-    ours = pii_eval.detect(records, names, pii_eval.REGIONS)
+    ours, _ = pii_eval.detect(records, names, pii_eval.REGIONS)
     theirs = pii_eval.score(records, presidio(args.presidio_python, records))
     presidio_v, spacy_v = (version(args.presidio_python).split() + ["?", "?"])[:2]
     lines = ["", "## PII: Presidio's analyzer and rsinfer on the labelled set (`presidio_eval.py`)", "",
