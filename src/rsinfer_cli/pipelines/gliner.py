@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -191,9 +191,9 @@ def feeds(batch: Sequence[Encoded], max_width: int) -> dict[str, np.ndarray]:
             "text_lengths": lengths, "span_idx": span_idx, "span_mask": span_mask}
 
 
-@dataclass(frozen=True)
-class Span:
-    """A decoded entity: word span [start, end] (inclusive), its label index and score."""
+class Span(NamedTuple):
+    """A decoded entity: word span [start, end] (inclusive), its label index and score (a tuple: hundreds are made
+    per text)."""
 
     start: int
     end: int
@@ -215,12 +215,19 @@ def _clash(a: Span, b: Span, flat: bool, multi_label: bool) -> bool:
 def candidates(logits: np.ndarray, words: int, threshold: float, offset: int = 0) -> list[Span]:
     """The spans of one text's (or window's) logits [W, max_width, labels] scored strictly above the threshold,
     within its `words`, in (start, width, label) order; word indices shifted by `offset` (a window's first word)."""
-    scores = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
-    s, k, c = np.nonzero(scores > threshold)       # row-major: (start, width, label) order
+    if threshold >= 1:
+        return []
+    # the logits that may pass, by the threshold's logit less a margin (no exp over every span: most are far
+    # below, and exp overflows there); then the sigmoid of those and the exact test
+    cut = np.log(threshold) - np.log1p(-threshold) - 1e-3 if threshold > 0 else -np.inf
+    s, k, c = np.nonzero(logits > cut)             # row-major: (start, width, label) order
     inside = s + k < words
     s, k, c = s[inside], k[inside], c[inside]
-    return [Span(int(a) + offset, int(a + b) + offset, int(lab), float(v))
-            for a, b, lab, v in zip(s, k, c, scores[s, k, c], strict=True)]
+    scores = 1.0 / (1.0 + np.exp(-logits[s, k, c].astype(np.float64)))
+    keep = scores > threshold
+    s, k, c = s[keep], k[keep], c[keep]
+    return [Span(a, b, lab, v) for a, b, lab, v in zip((s + offset).tolist(), (s + k + offset).tolist(), c.tolist(),
+                                                       scores[keep].tolist(), strict=True)]
 
 
 def greedy(found: Sequence[Span], flat_ner: bool = True, multi_label: bool = False) -> list[Span]:
@@ -228,7 +235,15 @@ def greedy(found: Sequence[Span], flat_ner: bool = True, multi_label: bool = Fal
     with one kept before (flat: any overlap; nested: a partial overlap; the same span unless multi_label); the
     result sorted by start."""
     kept: list[Span] = []
-    for span in sorted(found, key=lambda x: -x.score):
+    ranked = sorted(found, key=lambda x: -x.score)
+    if flat_ner and not multi_label and ranked:     # a clash is any shared word: mark the words taken
+        taken = bytearray(max(x.end for x in ranked) + 1)
+        for span in ranked:
+            if not any(taken[span.start:span.end + 1]):
+                kept.append(span)
+                taken[span.start:span.end + 1] = b"\x01" * (span.end + 1 - span.start)
+        return sorted(kept, key=lambda x: x.start)
+    for span in ranked:
         if not any(_clash(span, other, flat_ner, multi_label) for other in kept):
             kept.append(span)
     return sorted(kept, key=lambda x: x.start)
@@ -282,6 +297,8 @@ def merge_windows(per_window: Sequence[tuple[tuple[int, int], Sequence[Span]]]) 
     """Candidates of overlapping windows as one text's: a span two windows found is taken from the one that saw
     the most words on both sides of it (the earlier one on a tie); the result in (start, width, label) order, as one
     window's would be."""
+    if len(per_window) == 1:
+        return list(per_window[0][1])        # one window: its candidates, already in that order
     best: dict[tuple[int, int, int], tuple[int, Span]] = {}
     for (lo, hi), found in per_window:
         for span in found:
