@@ -469,3 +469,50 @@ def test_python_api_and_tables_take_labels(tiny, shared_models, tmp_path):
     spans = pq.read_table(out).column("pii_spans").to_pylist()[0]
     assert [(e["start"], e["end"], e["entity_type"]) for e in spans] == [(e["start"], e["end"], e["label"].upper())
                                                                          for e in exp]
+
+
+def test_the_row_cache_answers_a_gliner_window_again(shared_models):
+    """A window's row (token ids and words_mask, so its labels and words) is a cache key: the same text and labels
+    hit, other labels miss, and a hit answers the same entities; the metrics name the model."""
+    import httpx
+
+    from rsinfer_cli.config import parse_config
+
+    from serverutil import ServerThread
+
+    model = {"name": "gl", "kind": "pii", "path": str(shared_models / "tiny-gliner"), "pii_recognizers": [],
+             "threshold": 0.3}
+    text = " ".join(["Maria Lopez of Acme Corp can be reached at maria@acme.example."] * 12)   # several windows
+    cfg = parse_config({"server": {"cache": {"backend": "memory"}}, "models": [model]})
+    with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        first = c.post("/pii/detect", json={"text": text})
+        second = c.post("/pii/detect", json={"text": text})
+        other = c.post("/pii/detect", json={"text": text, "labels": ["date"]})
+        assert (first.headers["x-rsinfer-cache"], second.headers["x-rsinfer-cache"],
+                other.headers["x-rsinfer-cache"]) == ("miss", "hit", "miss")
+        assert first.json() == second.json() and first.json()["results"][0]["entities"]
+        assert 'rsinfer_cache_hits_total{model="gl"}' in c.get("/metrics").text
+
+
+def test_records_and_every_mode_on_a_gliner_model(tiny, gliner_server):
+    """A record policy's scanned fields and each redaction mode over a GLiNER model: the package's spans replaced,
+    the rest of the record kept, no removed value in the answer."""
+    case = next(c for c in tiny[3]["cases"] if c["id"] == "contact/pii")
+    exp = next(r["entities"] for r in case["results"]
+               if (r["threshold"], r["flat_ner"], r["multi_label"]) == (0.5, True, False))
+    assert exp
+    r = gliner_server.post("/pii/redact", json={"model": "gl-pii", "mode": "replace", "records": [
+        {"id": 7, "body": case["text"], "note": "keep me"}], "policy": {"default": "keep", "fields": {"body": "scan"}}})
+    assert r.status_code == 200, r.text
+    record = r.json()["records"][0]["record"]
+    text = case["text"]
+    for e in sorted(exp, key=lambda e: -e["start"]):
+        text = text[:e["start"]] + f"<{TYPES[e['label']]}>" + text[e["end"]:]
+    assert record == {"id": 7, "body": text, "note": "keep me"}
+    for mode in ("mask", "remove", "hash", "numbered"):
+        r = gliner_server.post("/pii/redact", json={"model": "gl-pii", "text": case["text"], "mode": mode})
+        assert r.status_code == 200, (mode, r.text)
+        out = r.json()["results"][0]
+        assert len(out["entities"]) == len(exp), mode
+        assert not any(e["text"] in out["text"] for e in exp if len(e["text"]) > 4), mode
+        assert all(e["text"] not in json.dumps(r.json()) for e in exp if len(e["text"]) > 4), mode
