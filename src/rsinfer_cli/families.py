@@ -38,6 +38,7 @@ class Folder:
     has_tokenizer: bool = True
     st_model_type: str | None = None
     modules: tuple[str, ...] = ()
+    files: frozenset[str] = frozenset()    # the aux files the folder has (families' aux_files that it holds)
 
     @property
     def architectures(self) -> str:
@@ -60,7 +61,7 @@ class Folder:
         types = tuple(str(m.get("type", "")) for m in modules if isinstance(m, dict)) \
             if isinstance(modules, list) else ()
         return cls(config if isinstance(config, dict) else {}, has_tokenizer,
-                   st_type if isinstance(st_type, str) else None, types)
+                   st_type if isinstance(st_type, str) else None, types, frozenset(aux))
 
 
 class PipelinePart(Protocol):
@@ -365,6 +366,14 @@ register(_builtin("late_interaction", "multi-vector late interaction, ColBERT: t
                   "LateInteractionPipeline", ["colbert"], "LateInteractionOptions",
                   "rsinfer_cli.pipelines.late_interaction:recognise", 15, "embedding", serves=("rerank",),
                   quality=False))
+register(Family(kind="m3", summary="BGE-M3: dense, sparse and ColBERT vectors from one forward, and their hybrid score",
+                pipeline="rsinfer_cli.pipelines.m3:M3Pipeline", routes="rsinfer_cli.server.routes.m3:routes",
+                bench="rsinfer_cli.server.routes.m3:BENCH", ops="rsinfer_cli.server.routes.m3:OPS",
+                options="rsinfer_cli.pipelines.m3:M3Options", recognise="rsinfer_cli.pipelines.m3:recognise",
+                priority=12, hf_task="rsinfer_cli.server.routes.m3:hf_task", info_type="embedding",
+                serves=("embedding", "sparse", "late_interaction", "rerank"),
+                aux_files=("colbert_linear.safetensors", "sparse_linear.safetensors", "colbert_linear.pt",
+                           "sparse_linear.pt")))
 register(Family(kind="tensor", summary="any ONNX graph as named tensors (KServe v2 REST and gRPC, /infer, /batch)",
                 pipeline="rsinfer_cli.pipelines.tensor:TensorPipeline",
                 routes="rsinfer_cli.server.routes.tensor:routes", bench="rsinfer_cli.server.routes.tensor:BENCH",

@@ -31,7 +31,7 @@ from ..engine.model import LoadedModel
 from ..engine.session import Session
 from ..errors import ModelLoadError
 from ..families import Folder
-from .base import Array, Timed, Timing, Work, pick_output
+from .base import Array, RowPipeline, Timed, Timing, Work, pick_output
 from .rerank import Reranker, ScoreResult
 from .stmodules import Prompts, Step, dense, l2_normalize, module_list
 from .text import Encoded, TextEncoder, TextPipeline
@@ -98,7 +98,21 @@ def maxsim(query: Array, doc: Array) -> float:
 Row = tuple[Sequence[int], Sequence[int], int, bool]
 
 
-class LateInteractionPipeline(TextPipeline, Reranker):
+class TokenVectorizer(RowPipeline):
+    """What the token-vector routes (TEI /embed_all, /v1/embeddings/tokens) call: the late_interaction family
+    implements it, and so does every family that declares `serves=("late_interaction",)` (an M3 model's ColBERT
+    vectors). Each text's vectors [n, dim], unit length, in input order."""
+
+    kind = "late_interaction"    # the kind whose routes call it
+
+    def plan_vectors(self, texts: Sequence[str], *, is_query: bool = False, truncate: bool | None = None,
+                     direction: str = "right", param: str = "input", prompt_name: str | None = None,
+                     prompt: str | None = None) -> Work[TokenVectors]:
+        """Texts → each one's token vectors, as queries or as documents."""
+        raise NotImplementedError
+
+
+class LateInteractionPipeline(TextPipeline, Reranker, TokenVectorizer):
     kind = "late_interaction"
 
     def __init__(self, model: LoadedModel) -> None:

@@ -32,7 +32,7 @@ from ..engine.model import LoadedModel
 from ..engine.session import Session
 from ..errors import InputError, ModelLoadError
 from ..families import Folder
-from .base import Array, Timed, Timing, Work, pick_output
+from .base import Array, RowPipeline, Timed, Timing, Work, pick_output
 from .stmodules import Prompts, module_list, prompt_length
 from .text import TextPipeline, TokenRow
 
@@ -99,7 +99,26 @@ class SparseResult(Timed):
         return list(zip(self.tokens_of(ids[order]), values[order].tolist(), strict=True))
 
 
-class SparsePipeline(TextPipeline):
+class SparseEncoder(RowPipeline):
+    """What the sparse routes (TEI /embed_sparse, /v1/embeddings/sparse, the Hugging Face tasks of a sparse model)
+    call: the sparse family implements it, and so does every family that declares `serves=("sparse",)` (an M3
+    model's lexical weights). Weights by vocabulary id, in input order."""
+
+    kind = "sparse"              # the kind whose routes call it
+    vocab_size: int              # the width of a text's whole vector
+
+    def plan_sparse(self, texts: Sequence[str], *, top_k: int | None = None, truncate: bool | None = None,
+                    direction: str = "right", param: str = "input", prompt_name: str | None = None,
+                    prompt: str | None = None) -> Work[SparseResult]:
+        """Texts → each text's non-zero weights (ids ascending), at most `top_k` of them."""
+        raise NotImplementedError
+
+    def tokens_of(self, ids: Array) -> list[str]:
+        """The vocabulary token of each id."""
+        raise NotImplementedError
+
+
+class SparsePipeline(TextPipeline, SparseEncoder):
     kind = "sparse"
 
     def __init__(self, model: LoadedModel) -> None:
@@ -231,6 +250,8 @@ class SparsePipeline(TextPipeline):
             return SparseResult([_top(r["indices"], r["values"], limit) for r in rows], timing, self.tokens_of)
 
         return self.work(enc, finish, timing)
+
+    plan_sparse = plan
 
     def encode(self, texts: Sequence[str], **kw: Any) -> SparseResult:
         return self.run(self.plan(texts, **kw))

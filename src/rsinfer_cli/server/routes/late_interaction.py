@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, cast
 from aiohttp import web
 from msgspec import Meta
 
-from ...pipelines.late_interaction import LateInteractionPipeline, TokenVectors
+from ...pipelines.late_interaction import LateInteractionPipeline, TokenVectorizer, TokenVectors
 from ..errors import RequestValidationError
 from ..schemas import (
     Model,
@@ -94,7 +94,7 @@ async def _plan(call: Call[Any], value: str | list[str], key: str, **kw: Any) ->
     """The family's one way in: the limits every route shares, then the model."""
     texts = texts_of(call, value, key)
     check_prompt(call, kw.get("prompt"), texts)
-    return await call.infer(call.pipeline(LateInteractionPipeline).plan_vectors, texts, param=key, **kw)
+    return await call.infer(call.pipeline(TokenVectorizer).plan_vectors, texts, param=key, **kw)
 
 
 @routes.post("/embed_all")

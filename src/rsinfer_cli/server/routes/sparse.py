@@ -11,7 +11,7 @@ from aiohttp import web
 from msgspec import UNSET, Meta, UnsetType
 
 from ...errors import InputError
-from ...pipelines.sparse import SparsePipeline, SparseResult
+from ...pipelines.sparse import SparseEncoder, SparseResult
 from ..errors import RequestValidationError
 from ..schemas import (
     Direction,
@@ -103,7 +103,7 @@ async def _plan(call: Call[Any], value: str | list[str], key: str, **kw: Any) ->
     """The family's one way in: the limits every route shares, then the model; (result, whether one text came)."""
     texts = texts_of(call, value, key)
     check_prompt(call, kw.get("prompt"), texts)
-    res = await call.infer(call.pipeline(SparsePipeline).plan, texts, param=key, **kw)
+    res = await call.infer(call.pipeline(SparseEncoder).plan_sparse, texts, param=key, **kw)
     return res, isinstance(value, str)
 
 
@@ -152,10 +152,10 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
         if not inputs.sentences:
             raise InputError("`inputs.sentences` is empty", param="inputs.sentences")
         res, _ = await _plan(call, [inputs.source_sentence, *inputs.sentences], "inputs", **kw)
-        vecs = res.dense(call.pipeline(SparsePipeline).vocab_size)
+        vecs = res.dense(call.pipeline(SparseEncoder).vocab_size)
         return json_response([float(x) for x in vecs[1:] @ vecs[0]], truncation_headers(res.truncated))
     if not (isinstance(inputs, str) or (isinstance(inputs, list) and all(isinstance(t, str) for t in inputs))):
         raise RequestValidationError("a sparse model answers feature-extraction (`inputs`: a text or texts) and "
                                      "sentence-similarity", param="inputs")
     res, _ = await _plan(call, inputs, "inputs", **kw)
-    return json_response(res.dense(call.pipeline(SparsePipeline).vocab_size), truncation_headers(res.truncated))
+    return json_response(res.dense(call.pipeline(SparseEncoder).vocab_size), truncation_headers(res.truncated))
