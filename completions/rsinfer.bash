@@ -6,7 +6,7 @@ _rsinfer() {
     done
     case "$cmd" in
         "")
-            COMPREPLY=($(compgen -W "batch bench classify colbert detect download embed inspect openapi predict quantize redact rerank serve sparse --version --help" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "batch bench classify colbert detect download embed inspect m3 openapi predict quantize redact rerank serve sparse --version --help" -- "$cur")); return ;;
         batch)
             case "$prev" in
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -35,7 +35,7 @@ _rsinfer() {
                 --hf) return ;;
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
-                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction tensor" -- "$cur")); return ;;
+                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction m3 tensor" -- "$cur")); return ;;
                 --compare) return ;;
                 --min-cosine) return ;;
                 --min-recall) return ;;
@@ -148,9 +148,23 @@ _rsinfer() {
                 --subfolder) return ;;
                 --tokenizer-hf) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
-                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction tensor" -- "$cur")); return ;;
+                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction m3 tensor" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --path --hf --revision --file --subfolder --tokenizer-hf --dtype --kind --json --help -h" -- "$cur")) ;;
+        m3)
+            case "$prev" in
+                --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --format) COMPREPLY=($(compgen -W "auto lines jsonl" -- "$cur")); return ;;
+                --field) return ;;
+                --model|-m) return ;;
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --hf) return ;;
+                --revision) return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
+                --batch-size) return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --dense --no-dense --sparse --colbert --model -m --config -c --path --hf --revision --dtype --truncate --no-truncate --batch-size --help -h" -- "$cur")) ;;
         openapi)
             case "$prev" in
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -181,7 +195,7 @@ _rsinfer() {
                 --dtype) COMPREPLY=($(compgen -W "int8 fp16 fp32" -- "$cur")); return ;;
                 --out) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --into) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction tensor" -- "$cur")); return ;;
+                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction m3 tensor" -- "$cur")); return ;;
                 --texts) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --speed-seconds) return ;;
                 --min-cosine) return ;;

@@ -101,7 +101,7 @@ def test_both_or_neither_source():
 
 def test_unknown_kind():
     assert ("models[0].kind: must be one of embedding, rerank, zeroshot, classifier, pii, sparse, late_interaction, "
-            "tensor, got 'reranker' (did you mean 'rerank'?)") in parse_error({"models": [model(kind="reranker")]})
+            "m3, tensor, got 'reranker' (did you mean 'rerank'?)") in parse_error({"models": [model(kind="reranker")]})
 
 
 def test_missing_kind_and_name():
@@ -275,5 +275,5 @@ def test_a_bad_old_server_limit_names_its_key():
         parse_config({"server": {"max_candidate_labels": 0},
                       "models": [{"name": "z", "kind": "zeroshot", "hf": "o/z", "max_rerank_documents": 3}]})
     assert "server.max_candidate_labels: must be > 0, got 0" in str(e.value)
-    assert ("models[0].max_rerank_documents: applies to kind rerank and late_interaction only; model 'z' is kind "
+    assert ("models[0].max_rerank_documents: applies to kind rerank, late_interaction and m3 only; model 'z' is kind "
             "zeroshot") in str(e.value)

@@ -368,6 +368,7 @@ register(_builtin("late_interaction", "multi-vector late interaction, ColBERT: t
                   quality=False))
 register(Family(kind="m3", summary="BGE-M3: dense, sparse and ColBERT vectors from one forward, and their hybrid score",
                 pipeline="rsinfer_cli.pipelines.m3:M3Pipeline", routes="rsinfer_cli.server.routes.m3:routes",
+                commands=(("m3", "rsinfer_cli.cli.m3:m3_cmd"),),
                 bench="rsinfer_cli.server.routes.m3:BENCH", ops="rsinfer_cli.server.routes.m3:OPS",
                 options="rsinfer_cli.pipelines.m3:M3Options", recognise="rsinfer_cli.pipelines.m3:recognise",
                 priority=12, hf_task="rsinfer_cli.server.routes.m3:hf_task", info_type="embedding",

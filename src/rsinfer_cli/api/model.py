@@ -148,9 +148,9 @@ class Model:
         prompt_name / prompt: a prompt of the model, or a text of your own, put before each text."""
         import numpy as np
 
-        from ..pipelines.embedding import EmbeddingPipeline
+        from ..pipelines.embedding import Embedder
 
-        pipe = self._as(EmbeddingPipeline, "embed")
+        pipe = self._as(Embedder, "embed")
         pipe.check_dimensions(dimensions)
         parts = [self._run(pipe.plan, chunk, dimensions=dimensions, normalize=normalize, truncate=truncate,
                            prompt_name=prompt_name, prompt=prompt).vectors for chunk in self._chunks(texts)]
@@ -163,12 +163,12 @@ class Model:
                prompt_name: str | None = None) -> list[SparseVector]:
         """Sparse (SPLADE) vectors: per text its non-zero weights, at most `top_k` of them (as
         sentence-transformers' SparseEncoder)."""
-        from ..pipelines.sparse import SparsePipeline
+        from ..pipelines.sparse import SparseEncoder
 
-        pipe = self._as(SparsePipeline, "sparse")
+        pipe = self._as(SparseEncoder, "sparse")
         out: list[SparseVector] = []
         for chunk in self._chunks(texts):
-            res = self._run(pipe.plan, chunk, top_k=top_k, truncate=truncate, prompt_name=prompt_name)
+            res = self._run(pipe.plan_sparse, chunk, top_k=top_k, truncate=truncate, prompt_name=prompt_name)
             out += [SparseVector(ids, values) for ids, values in res.rows]
         return out
 
@@ -176,17 +176,17 @@ class Model:
         """The vocabulary tokens of a sparse vector's indices."""
         import numpy as np
 
-        from ..pipelines.sparse import SparsePipeline
+        from ..pipelines.sparse import SparseEncoder
 
-        return self._as(SparsePipeline, "tokens").tokens_of(np.asarray(indices))
+        return self._as(SparseEncoder, "tokens").tokens_of(np.asarray(indices))
 
     def colbert(self, texts: Sequence[str], *, is_query: bool = False, truncate: bool | None = None,
                 prompt_name: str | None = None) -> list[np.ndarray]:
         """Token vectors, float32 [tokens, dim] per text, as queries ([Q], [MASK] expansion) or documents (as
         PyLate's `encode`)."""
-        from ..pipelines.late_interaction import LateInteractionPipeline
+        from ..pipelines.late_interaction import TokenVectorizer
 
-        pipe = self._as(LateInteractionPipeline, "colbert")
+        pipe = self._as(TokenVectorizer, "colbert")
         out: list[np.ndarray] = []
         for chunk in self._chunks(texts):
             out += self._run(pipe.plan_vectors, chunk, is_query=is_query, truncate=truncate,
@@ -224,6 +224,57 @@ class Model:
         parts = [self._run(pipe.plan_pairs, qs[i:i + size], docs[i:i + size], raw=raw, truncate=truncate).scores
                  for i in range(0, len(qs), size)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
+
+    def m3(self, texts: Sequence[str], *, dense: bool = True, sparse: bool = False, colbert: bool = False,
+           truncate: bool | None = None) -> dict[str, Any]:
+        """An M3 model's outputs from one forward per text, as FlagEmbedding's `BGEM3FlagModel.encode` returns them:
+        `dense_vecs` (float32 [n, d]), `lexical_weights` ({str(token id): weight} per text) and `colbert_vecs`
+        (float32 [tokens - 1, dim] per text), each when asked for."""
+        import numpy as np
+
+        from ..pipelines.m3 import M3Pipeline
+
+        pipe = self._as(M3Pipeline, "m3")
+        if not (dense or sparse or colbert):
+            raise InputError("ask for at least one of dense, sparse, colbert", param="dense")
+        out: dict[str, Any] = {}
+        for chunk in self._chunks(texts):
+            res = self._run(pipe.plan_m3, chunk, dense=dense, sparse=sparse, colbert=colbert, truncate=truncate)
+            if res.dense is not None:
+                out.setdefault("dense_vecs", []).append(res.dense)
+            if res.lexical is not None:
+                out.setdefault("lexical_weights", []).extend(
+                    dict(zip(map(str, ids.tolist()), weights.tolist(), strict=True)) for ids, weights in res.lexical)
+            if res.colbert is not None:
+                out.setdefault("colbert_vecs", []).extend(res.colbert)
+        if dense:
+            parts = out.get("dense_vecs", [])
+            out["dense_vecs"] = np.concatenate(parts) if parts else np.zeros((0, pipe.hidden), np.float32)
+        for key, asked in (("lexical_weights", sparse), ("colbert_vecs", colbert)):
+            if asked:
+                out.setdefault(key, [])
+        return out
+
+    def m3_score(self, queries: Sequence[str], passages: Sequence[str], *,
+                 weights: Sequence[float] | None = None, truncate: bool | None = None) -> dict[str, list[float]]:
+        """FlagEmbedding's `compute_score` of queries[i] against passages[i]: `dense`, `sparse`, `colbert`,
+        `sparse+dense` and `colbert+sparse+dense`, each a list in pair order (`weights`: [dense, sparse, colbert],
+        default the model's m3_weights)."""
+        from ..pipelines.m3 import M3Pipeline
+
+        pipe = self._as(M3Pipeline, "m3_score")
+        qs, ps = check_texts(queries, "queries"), check_texts(passages, "passages")
+        if len(qs) != len(ps):
+            raise InputError(f"{len(qs)} queries and {len(ps)} passages: give one query per passage",
+                             param="queries")
+        out: dict[str, list[float]] = {}
+        size = self.chunk_rows
+        for i in range(0, len(qs), size):
+            got = self._run(pipe.plan_scores, qs[i:i + size], ps[i:i + size], weights=weights,
+                            truncate=truncate).scores
+            for mode, values in got.items():
+                out.setdefault(mode, []).extend(values)
+        return out
 
     def predict(self, texts: Sequence[str], *, top_k: int | None = None, raw: bool = False,
                 function: str | None = None, truncate: bool | None = None) -> list[list[Label]]:

@@ -28,8 +28,8 @@ def api_md() -> str:
     for prop in ("name", "kind", "chunk_rows"):
         out.append(f"| `{prop}` | {_doc(getattr(model.Model, prop)).strip()} |")
     out.append("")
-    for name in ("embed", "sparse", "tokens", "colbert", "rerank", "score", "predict", "classify", "detect",
-                 "redact", "close"):
+    methods = [n for n, v in vars(model.Model).items() if callable(v) and not n.startswith("_")]
+    for name in methods:           # every public method, in the class's order: a new one is documented at once
         fn = getattr(model.Model, name)
         out += [f"### Model.{name}\n", _signature(fn, name), _doc(fn)]
     out.append("## Result types\n")

@@ -67,7 +67,7 @@ def embed_cmd(
                                                       "('' for none)."),
 ) -> None:
     from ..errors import ConfigError
-    from ..pipelines.embedding import EmbeddingPipeline
+    from ..pipelines.embedding import Embedder, EmbeddingPipeline
     from .common import open_model, table_job
     from .io import check_writable, read_records
     from .tables import table_command, wants_table
@@ -87,7 +87,7 @@ def embed_cmd(
     first = next(records, None)  # validate the input before loading the model
     model = open_model(EmbeddingPipeline.kind, source, max_rows=batch_size)
     pipe = model.pipeline
-    assert isinstance(pipe, EmbeddingPipeline)
+    assert isinstance(pipe, Embedder)
     pipe.check_dimensions(dimensions)       # a bad --dimensions or prompt name fails before any text is read
     pipe.prompt_text(prompt_name, prompt)
 

@@ -43,15 +43,15 @@ def colbert_cmd(
 ) -> None:
     import sys
 
-    from ..pipelines.late_interaction import LateInteractionPipeline
+    from ..pipelines.late_interaction import LateInteractionPipeline, TokenVectorizer
     from .common import open_model
     from .io import chunks, read_records, write_jsonl
 
     records = read_records(texts, input_, fmt, field)
     model = open_model(LateInteractionPipeline.kind, source, max_rows=batch_size)
     pipe = model.pipeline
-    assert isinstance(pipe, LateInteractionPipeline)
-    pipe.prompting.text(prompt_name)        # an unknown prompt name fails before any text is read
+    assert isinstance(pipe, TokenVectorizer)
+    pipe.prompt_text(prompt_name)        # an unknown prompt name fails before any text is read
     for chunk in chunks(records, model.chunk_rows):
         found = model.colbert([r.text for r in chunk], is_query=query, truncate=truncate, prompt_name=prompt_name)
         for rec, vectors in zip(chunk, found, strict=True):

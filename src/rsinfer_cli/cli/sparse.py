@@ -61,7 +61,7 @@ def sparse_cmd(
     import numpy as np
 
     from ..errors import ConfigError
-    from ..pipelines.sparse import SparsePipeline
+    from ..pipelines.sparse import SparseEncoder, SparsePipeline
     from .common import open_model
     from .io import chunks, read_records, write_jsonl
     from .tables import table_command, wants_table
@@ -78,8 +78,8 @@ def sparse_cmd(
     records = read_records(texts, input_, fmt, field)
     model = open_model(SparsePipeline.kind, source, max_rows=batch_size)
     pipe = model.pipeline
-    assert isinstance(pipe, SparsePipeline)
-    pipe.prompting.text(prompt_name)        # an unknown prompt name fails before any text is read
+    assert isinstance(pipe, SparseEncoder)
+    pipe.prompt_text(prompt_name)        # an unknown prompt name fails before any text is read
     rows: list[tuple[Any, list[tuple[str, float]]]] = []
     for chunk in chunks(records, model.chunk_rows):
         vectors = model.sparse([r.text for r in chunk], top_k=top_k, truncate=truncate, prompt_name=prompt_name)

@@ -11,7 +11,7 @@ import logging
 import os
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -239,7 +239,7 @@ def _foreign_keys(m: ModelConfig, raw: dict[str, Any], where: str, errs: Errors)
     for key in raw:
         kinds = owners.get(key)
         if kinds is not None and m.kind not in kinds:
-            errs.add(f"{where}.{key}", f"applies to kind {' and '.join(kinds)} only; model '{m.name}' is kind "
+            errs.add(f"{where}.{key}", f"applies to kind {_listed(kinds)} only; model '{m.name}' is kind "
                                        f"{m.kind}")
         elif key in fams.TEXT_FIELDS and not family.needs_tokenizer:
             errs.add(f"{where}.{key}", f"applies to text models only; model '{m.name}' is kind {m.kind}")
@@ -413,3 +413,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{p}: {where}invalid YAML: {problem}") from exc
     return parse_config(data, file=str(p), base_dir=p.resolve().parent)
+
+
+def _listed(items: Sequence[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"

@@ -101,9 +101,19 @@ class Embedder(RowPipeline):
         """The family's rows (`texts`: its InputKind's, texts for this family) → Work whose answer is their vectors."""
         raise NotImplementedError
 
+    dim: int | None              # the served width
+
     def prompt_for_input_type(self, input_type: str | None) -> str | None:
         """The prompt name Cohere's `input_type` picks (None: no prompt)."""
         return None
+
+    def check_dimensions(self, dimensions: int | None) -> None:
+        """A request's `dimensions` (InputError when the model cannot give that width)."""
+        raise NotImplementedError
+
+    def prompt_text(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+        """The text put before each input (InputError naming an unknown prompt)."""
+        raise NotImplementedError
 
 
 class EmbeddingPipeline(TextPipeline, Embedder):

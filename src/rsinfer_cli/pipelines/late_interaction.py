@@ -111,6 +111,10 @@ class TokenVectorizer(RowPipeline):
         """Texts → each one's token vectors, as queries or as documents."""
         raise NotImplementedError
 
+    def prompt_text(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+        """The text put before each input (InputError naming an unknown prompt)."""
+        raise NotImplementedError
+
 
 class LateInteractionPipeline(TextPipeline, Reranker, TokenVectorizer):
     kind = "late_interaction"
@@ -346,6 +350,9 @@ class LateInteractionPipeline(TextPipeline, Reranker, TokenVectorizer):
             return ScoreResult(scores, timing)
 
         return Work(rows, costs, finish, timing)
+
+    def prompt_text(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+        return self.prompting.text(prompt_name, prompt)
 
     def vectors(self, texts: Sequence[str], **kw: Any) -> TokenVectors:
         return self.run(self.plan_vectors(texts, **kw))

@@ -240,6 +240,17 @@ class M3Pipeline(TextPipeline, Embedder, SparseEncoder, TokenVectorizer, Reranke
                            "colbert": colbert.astype(np.float32)})
         return result
 
+    def prompt_text(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+        """A request's own `prompt`, put before each text; an M3 model has no named prompts."""
+        if prompt_name is not None:
+            raise InputError(f"`prompt_name` {prompt_name!r}: an M3 model has no named prompts", param="prompt_name")
+        return prompt or ""
+
+    def check_dimensions(self, dimensions: int | None) -> None:
+        if dimensions is not None and dimensions != self.hidden:
+            raise InputError(f"`dimensions`: an M3 model's dense vectors are {self.hidden} wide (no Matryoshka "
+                             "truncation)", param="dimensions")
+
     def _encode(self, texts: Sequence[str], truncate: bool | None, direction: str, param: str,
                 prompt: str | None, timing: Timing) -> Any:
         if prompt:
@@ -280,14 +291,11 @@ class M3Pipeline(TextPipeline, Embedder, SparseEncoder, TokenVectorizer, Reranke
              prompt: str | None = None) -> Work[EmbedResult]:
         if ids is not None:
             raise InputError("an M3 model embeds texts, not token ids", param=param)
-        if dimensions is not None and dimensions != self.hidden:
-            raise InputError(f"`dimensions`: an M3 model's dense vectors are {self.hidden} wide (no Matryoshka "
-                             "truncation)", param="dimensions")
+        self.check_dimensions(dimensions)
         if normalize is False:
             raise InputError("`normalize`: an M3 model's dense vectors are normalised, as FlagEmbedding gives them",
                              param="normalize")
-        if prompt_name is not None:
-            raise InputError(f"`prompt_name` {prompt_name!r}: an M3 model has no named prompts", param="prompt_name")
+        prompt = self.prompt_text(prompt_name, prompt)
         timing = Timing()
         enc = self._encode(list(texts or ()), truncate, direction, param, prompt, timing)
 
@@ -304,8 +312,7 @@ class M3Pipeline(TextPipeline, Embedder, SparseEncoder, TokenVectorizer, Reranke
                     prompt: str | None = None) -> Work[SparseResult]:
         if top_k is not None and top_k < 1:
             raise InputError(f"`top_k` must be at least 1, got {top_k}", param="top_k")
-        if prompt_name is not None:
-            raise InputError(f"`prompt_name` {prompt_name!r}: an M3 model has no named prompts", param="prompt_name")
+        prompt = self.prompt_text(prompt_name, prompt)
         timing = Timing()
         enc = self._encode(texts, truncate, direction, param, prompt, timing)
 
@@ -332,8 +339,7 @@ class M3Pipeline(TextPipeline, Embedder, SparseEncoder, TokenVectorizer, Reranke
     def plan_vectors(self, texts: Sequence[str], *, is_query: bool = False, truncate: bool | None = None,
                      direction: str = "right", param: str = "input", prompt_name: str | None = None,
                      prompt: str | None = None) -> Work[TokenVectors]:
-        if prompt_name is not None:
-            raise InputError(f"`prompt_name` {prompt_name!r}: an M3 model has no named prompts", param="prompt_name")
+        prompt = self.prompt_text(prompt_name, prompt)
         timing = Timing()
         enc = self._encode(texts, truncate, direction, param, prompt, timing)
         return self.work(enc, lambda rows: TokenVectors([r["colbert"] for r in rows], timing), timing)

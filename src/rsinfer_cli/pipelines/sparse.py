@@ -117,6 +117,10 @@ class SparseEncoder(RowPipeline):
         """The vocabulary token of each id."""
         raise NotImplementedError
 
+    def prompt_text(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+        """The text put before each input (InputError naming an unknown prompt)."""
+        raise NotImplementedError
+
 
 class SparsePipeline(TextPipeline, SparseEncoder):
     kind = "sparse"
@@ -252,6 +256,9 @@ class SparsePipeline(TextPipeline, SparseEncoder):
         return self.work(enc, finish, timing)
 
     plan_sparse = plan
+
+    def prompt_text(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+        return self.prompting.text(prompt_name, prompt)
 
     def encode(self, texts: Sequence[str], **kw: Any) -> SparseResult:
         return self.run(self.plan(texts, **kw))
