@@ -133,6 +133,7 @@ complete -c rsinfer -n '__fish_seen_subcommand_from embed' -l truncate -l no-tru
 complete -c rsinfer -n '__fish_seen_subcommand_from embed' -l batch-size -x -d 'Rows per forward (default: the model\'s batching.max_rows).'
 complete -c rsinfer -n '__fish_seen_subcommand_from embed' -l prompt-name -x -d 'A prompt of the model put before each text, e.g.'
 complete -c rsinfer -n '__fish_seen_subcommand_from embed' -l prompt -x -d 'Text put before each text instead of a named prompt (\'\' for none).'
+complete -c rsinfer -n '__fish_seen_subcommand_from embed' -l precision -x -a 'float32 int8 uint8 binary ubinary' -d 'float32, or int8, uint8, binary, ubinary vectors as sentence-transformers\' quantize_embeddings makes them (the model\'s ranges: [-1, 1] or its quantization_calibration); a .npy --output holds that dtype.'
 complete -c rsinfer -n '__fish_seen_subcommand_from inspect' -l config -s c -r -F -d 'YAML config file (also $RSINFER_CONFIG).'
 complete -c rsinfer -n '__fish_seen_subcommand_from inspect' -l path -r -F -d 'Model folder (a Hub-repo layout or `rsinfer download` output).'
 complete -c rsinfer -n '__fish_seen_subcommand_from inspect' -l hf -x -d 'Hugging Face repo id.'

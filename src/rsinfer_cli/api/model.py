@@ -138,26 +138,33 @@ class Model:
     # ------------------------------------------------------------------ the families' methods
 
     def embed(self, texts: Sequence[str], *, dimensions: int | None = None, normalize: bool | None = None,
-              truncate: bool | None = None, prompt_name: str | None = None,
-              prompt: str | None = None) -> np.ndarray:
+              truncate: bool | None = None, prompt_name: str | None = None, prompt: str | None = None,
+              precision: str = "float32") -> np.ndarray:
         """Dense vectors, float32 [len(texts), dim], in input order (as sentence-transformers' `encode`).
 
         dimensions: keep the first N (Matryoshka), re-normalised when the model normalises.
         normalize: L2-normalise (default: as the model's modules say).
         truncate: cut texts over max_len (default: the model's `truncate`; else a text too long is an error).
-        prompt_name / prompt: a prompt of the model, or a text of your own, put before each text."""
+        prompt_name / prompt: a prompt of the model, or a text of your own, put before each text.
+        precision: float32, or int8, uint8, binary, ubinary as sentence-transformers' `encode(precision=...)` gives
+        them, with the model's ranges ([-1, 1], or its quantization_calibration) rather than the batch's."""
         import numpy as np
 
         from ..pipelines.embedding import Embedder
+        from ..pipelines.outtypes import TYPES, quantize
 
         pipe = self._as(Embedder, "embed")
+        dtype = "float" if precision == "float32" else precision
+        if dtype not in TYPES:
+            raise InputError(f"`precision` must be float32, int8, uint8, binary or ubinary, got {precision!r}",
+                             param="precision")
         pipe.check_dimensions(dimensions)
         parts = [self._run(pipe.plan, chunk, dimensions=dimensions, normalize=normalize, truncate=truncate,
                            prompt_name=prompt_name, prompt=prompt).vectors for chunk in self._chunks(texts)]
-        if parts:
-            return np.concatenate(parts) if len(parts) > 1 else parts[0]
         width = dimensions or (pipe.dim if isinstance(pipe.dim, int) else 0)
-        return np.zeros((0, width), dtype=np.float32)
+        vectors = (np.concatenate(parts) if len(parts) > 1 else parts[0]) if parts else \
+            np.zeros((0, width), dtype=np.float32)
+        return quantize(vectors, dtype, pipe.ranges)
 
     def sparse(self, texts: Sequence[str], *, top_k: int | None = None, truncate: bool | None = None,
                prompt_name: str | None = None) -> list[SparseVector]:

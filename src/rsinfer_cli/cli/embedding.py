@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
@@ -18,6 +18,8 @@ from .common import (
     ModelFlags,
     model_command,
 )
+
+Precision = Literal["float32", "int8", "uint8", "binary", "ubinary"]   # pipelines/outtypes.py's TYPES
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -65,6 +67,11 @@ def embed_cmd(
                                          "model's default prompt)."),
     prompt: str = typer.Option(None, "--prompt", help="Text put before each text instead of a named prompt "
                                                       "('' for none)."),
+    precision: Precision = typer.Option("float32", "--precision",
+                                        help="float32, or int8, uint8, binary, ubinary vectors as "
+                                             "sentence-transformers' quantize_embeddings makes them (the model's "
+                                             "ranges: [-1, 1] or its quantization_calibration); a .npy --output holds "
+                                             "that dtype."),
 ) -> None:
     from ..errors import ConfigError
     from ..pipelines.embedding import Embedder, EmbeddingPipeline
@@ -74,7 +81,11 @@ def embed_cmd(
 
     options = {"dimensions": dimensions, "normalize": normalize, "truncate": truncate, "prompt_name": prompt_name,
                "prompt": prompt}
+    if precision != "float32":
+        options["precision"] = precision
     if wants_table(input_, output):
+        if precision != "float32":
+            raise ConfigError("--precision applies to JSONL and .npy output; a table's `embedding` column is float32")
         table_command(EmbeddingPipeline.kind, source, table_job("embed", options, column, field, error_column),
                       input_, output, batch_size)
         return
@@ -113,7 +124,7 @@ def _write(model: Any, records: Iterator[Record], output: Path | None, options: 
             vectors = model.embed([r.text for r in chunk], **options)
             if output is not None:
                 if writer is None:
-                    writer = NpyWriter(output, vectors.shape[1])
+                    writer = NpyWriter(output, vectors.shape[1], vectors.dtype.str)
                 writer.write(vectors)
                 continue
             for r, vec in zip(chunk, vectors, strict=True):
@@ -124,7 +135,8 @@ def _write(model: Any, records: Iterator[Record], output: Path | None, options: 
     except InputError:
         if writer is not None:  # a bad line: the rows before it are written, as in JSONL
             writer.close()
-            print(f"wrote {writer.rows} x {writer.dim} float32 to {output} (before the bad line)", file=sys.stderr)
+            print(f"wrote {writer.rows} x {writer.dim} {writer.dtype_name} to {output} (before the bad line)",
+                  file=sys.stderr)
         raise
     except BaseException:
         if writer is not None:
@@ -132,10 +144,14 @@ def _write(model: Any, records: Iterator[Record], output: Path | None, options: 
         raise
     if output is not None:
         if writer is None:
-            dim = model.pipeline.dim
-            writer = NpyWriter(output, options.get("dimensions") or (dim if isinstance(dim, int) else 0))
+            dim = options.get("dimensions") or model.pipeline.dim
+            width = dim if isinstance(dim, int) else 0
+            packed = options.get("precision") in ("binary", "ubinary")
+            writer = NpyWriter(output, -(-width // 8) if packed else width,
+                               {"int8": "|i1", "binary": "|i1", "uint8": "|u1", "ubinary": "|u1"}.get(
+                                   options.get("precision", ""), "<f4"))
         writer.close()
-        print(f"wrote {writer.rows} x {writer.dim} float32 to {output}", file=sys.stderr)
+        print(f"wrote {writer.rows} x {writer.dim} {writer.dtype_name} to {output}", file=sys.stderr)
 
 
 embed_cmd.__doc__ = (__doc__ or "") + EXAMPLES

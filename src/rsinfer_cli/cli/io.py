@@ -183,12 +183,13 @@ def check_writable(path: Path, option: str) -> None:
 
 
 class NpyWriter:
-    """A float32 .npy written row by row (constant memory); the header's row count is fixed up on close."""
+    """A .npy of float32 (or `descr`: |i1, |u1) rows written row by row (constant memory); the header's row count
+    is fixed up on close."""
 
     _COUNT_WIDTH = 20
 
-    def __init__(self, path: Path, dim: int) -> None:
-        self.path, self.dim, self.rows = path, dim, 0
+    def __init__(self, path: Path, dim: int, descr: str = "<f4") -> None:
+        self.path, self.dim, self.rows, self.descr = path, dim, 0, descr
         try:
             self._f = open(path, "wb")  # noqa: SIM115 - closed in close()
         except OSError as exc:
@@ -197,7 +198,7 @@ class NpyWriter:
 
     def _header(self) -> bytes:
         shape = f"({self.rows}, {self.dim})".ljust(self._COUNT_WIDTH + 8)
-        text = f"{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}"
+        text = f"{{'descr': '{self.descr}', 'fortran_order': False, 'shape': {shape}, }}"
         total = 10 + len(text) + 1
         text += " " * ((-total) % 64) + "\n"
         return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode("latin1")
@@ -205,9 +206,13 @@ class NpyWriter:
     def write(self, rows: Any) -> None:
         import numpy as np
 
-        arr = np.ascontiguousarray(rows, dtype="<f4")
+        arr = np.ascontiguousarray(rows, dtype=self.descr)
         self._f.write(arr.tobytes())
         self.rows += arr.shape[0]
+
+    @property
+    def dtype_name(self) -> str:
+        return {"<f4": "float32", "|i1": "int8", "|u1": "uint8"}.get(self.descr, self.descr)
 
     def close(self) -> None:
         self._f.seek(0)

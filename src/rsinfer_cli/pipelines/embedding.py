@@ -15,6 +15,7 @@ from ..config import opt
 from ..engine.model import LoadedModel
 from ..errors import InputError, ModelLoadError
 from .base import Array, RowPipeline, Timed, Timing, Work, stack
+from .outtypes import Ranges
 from .stmodules import (
     POOLING_MODES,
     Pooling,
@@ -76,6 +77,9 @@ class EmbeddingOptions:
     prompts: dict[str, str] | None = field(default=None, hash=False)
     # the prompt applied when a request names none (over the folder's default_prompt_name; "" for none)
     default_prompt_name: str | None = None
+    # int8 / uint8 output ranges: a .npy of this model's float vectors, whose per-dimension minimum and maximum are
+    # the ranges (sentence-transformers' calibration_embeddings); null: [-1, 1] on every dimension
+    quantization_calibration: str | None = None
     # Cohere embed's `input_type` → a prompt name (default: search_query → query, search_document → document or
     # passage or corpus, classification and clustering → a prompt of that name)
     input_type_prompts: dict[str, str] | None = field(default=None, hash=False)
@@ -102,6 +106,7 @@ class Embedder(RowPipeline):
         raise NotImplementedError
 
     dim: int | None              # the served width
+    ranges: Ranges | None = None # int8 / uint8 output ranges (None: [-1, 1]; pipelines/outtypes.py)
 
     def prompt_for_input_type(self, input_type: str | None) -> str | None:
         """The prompt name Cohere's `input_type` picks (None: no prompt)."""
@@ -150,6 +155,7 @@ class EmbeddingPipeline(TextPipeline, Embedder):
             self.prompting.check(name, f"input_type_prompts.{input_type}")
         self._prompt_lengths: dict[str, int] = {}
         self.vocab_size: int = self.encoder.tokenizer.get_vocab_size(with_added_tokens=True)
+        self.ranges = calibration(model, opts.quantization_calibration, self.native_dim)
 
     # ------------------------------------------------------------ what the folder says, checked at load
 
@@ -465,41 +471,13 @@ class EmbeddingPipeline(TextPipeline, Embedder):
                                   direction=direction, param=param, prompt_name=prompt_name, prompt=prompt))
 
 
-EMBEDDING_TYPES = ("float", "int8", "uint8", "binary", "ubinary", "base64")
+def calibration(model: LoadedModel, path: str | None, dim: int | None) -> Ranges | None:
+    """The model's int8 / uint8 ranges from its `quantization_calibration` file (None: [-1, 1])."""
+    if path is None:
+        return None
+    from pathlib import Path
 
-
-def embedding_types(vectors: Array, types: Sequence[str]) -> dict[str, Any]:
-    """Cohere's `embedding_types` of unit vectors: float lists; int8 = round(127·v); uint8 = round(127.5·(v + 1));
-    binary / ubinary = one bit per dimension (v > 0), packed 8 to a byte as signed / unsigned integers; base64 =
-    little-endian float32 bytes."""
-    import base64
-
-    out: dict[str, Any] = {}
-    for t in types:
-        if t == "float":
-            out[t] = vectors.astype(np.float32).tolist()
-        elif t == "int8":
-            out[t] = np.clip(np.rint(vectors * 127), -128, 127).astype(np.int64).tolist()
-        elif t == "uint8":
-            out[t] = np.clip(np.rint((vectors + 1) * 127.5), 0, 255).astype(np.int64).tolist()
-        elif t in ("binary", "ubinary"):
-            packed = np.packbits(vectors > 0, axis=1).astype(np.int64)
-            out[t] = (packed - 128 if t == "binary" else packed).tolist()
-        elif t == "base64":
-            le = vectors.astype("<f4")
-            out[t] = [base64.b64encode(row.tobytes()).decode("ascii") for row in le]
-        else:
-            raise InputError(f"unknown embedding type '{t}' (one of {', '.join(EMBEDDING_TYPES)})",
-                             param="embedding_types")
-    return out
-
-
-def quality(a: EmbeddingPipeline, b: EmbeddingPipeline, texts: Sequence[str]) -> dict[str, float]:
-    """What b's vectors lose against a's (the quality gate): each text's cosine (mean, min) and the overlap of
-    every text's 10 nearest neighbours in the corpus."""
-    from .quality import cosines, neighbour_recall
-
-    va, vb = a.embed(texts).vectors, b.embed(texts).vectors
-    cos = cosines(va, vb)
-    return {"mean_cosine": float(cos.mean()), "min_cosine": float(cos.min()),
-            "top10_recall": neighbour_recall(va, vb)}
+    try:
+        return Ranges.load(Path(path), dim)
+    except ValueError as exc:
+        raise ModelLoadError(f"model '{model.name}': quantization_calibration: {exc}", model=model.name) from None

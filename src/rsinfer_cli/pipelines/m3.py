@@ -35,7 +35,7 @@ from ..engine.session import Session
 from ..errors import InputError, ModelLoadError
 from ..families import Folder
 from .base import Array, Timed, Timing, Work
-from .embedding import Embedder, EmbedResult
+from .embedding import Embedder, EmbedResult, calibration
 from .late_interaction import TokenVectorizer, TokenVectors
 from .rerank import Reranker, ScoreResult
 from .sparse import SparseEncoder, SparseResult
@@ -59,6 +59,8 @@ class M3Options:
     m3_score: str = opt("colbert+sparse+dense", choices=SCORES)
     # documents per request on the rerank routes; more → 413
     max_rerank_documents: int = opt(1000, gt=0)
+    # int8 / uint8 ranges of the dense vectors: a .npy of them (as for an embedding model); null: [-1, 1]
+    quantization_calibration: str | None = None
 
     def check(self) -> list[tuple[str, str]]:
         w = self.m3_weights
@@ -160,6 +162,7 @@ class M3Pipeline(TextPipeline, Embedder, SparseEncoder, TokenVectorizer, Reranke
             self.heads = self._heads(self.hidden)
             self.colbert_dim = int(self.heads.colbert_w.shape[0])
         self.dim = self.hidden
+        self.ranges = calibration(model, opts.quantization_calibration, self.hidden)
         tok = self.encoder.tokenizer
         self.unused = frozenset(i for t in UNUSED_TOKENS if (i := tok.token_to_id(t)) is not None)
         self.vocab_size: int = tok.get_vocab_size(with_added_tokens=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import uuid
 from typing import Annotated, Any, Literal
 
@@ -11,7 +10,8 @@ from msgspec import Meta
 
 from ...errors import InputError
 from ...jsonio import dumps
-from ...pipelines.embedding import Embedder, EmbeddingPipeline, embedding_types
+from ...pipelines.embedding import Embedder, EmbeddingPipeline
+from ...pipelines.outtypes import as_json, by_type, packed_base64, quantize
 from ..errors import RequestValidationError
 from ..request import text_or_token_input
 from ..schemas import (
@@ -52,6 +52,9 @@ class EmbeddingsRequest(Request):
     input: Inputs
     model: Model = None
     encoding_format: Literal["float", "base64"] | None = None
+    embedding_type: Annotated[Literal["float", "int8", "uint8", "binary", "ubinary"] | None, Meta(description=(
+        "rsinfer's extension (extra_body in the OpenAI SDK): int8, uint8, binary or ubinary vectors as "
+        "sentence-transformers' quantize_embeddings makes them; with encoding_format base64, the packed bytes"))] = None
     dimensions: Annotated[PositiveInt | None, Meta(description="Keep the first N dimensions, re-normalised")] = None
     truncate: bool | None = None
     prompt_name: PromptName = None       # OpenAI has no prompts: an extra body field (`extra_body=` in its SDK)
@@ -61,7 +64,8 @@ class EmbeddingsRequest(Request):
 class EmbeddingItem(Response):
     object: Literal["embedding"]
     index: int
-    embedding: Annotated[list[float] | str, Meta(description="Floats, or base64 of little-endian float32")]
+    embedding: Annotated[list[float] | list[int] | str, Meta(description=(
+        "Floats (or the integers of embedding_type), or base64 of little-endian float32 (or of the packed bytes)"))]
 
 
 class EmbeddingsResponse(Response):
@@ -178,12 +182,11 @@ async def openai_embeddings(request: web.Request) -> web.Response:
     check_prompt(call, req.prompt, texts)
     result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, truncate=req.truncate,
                               prompt_name=req.prompt_name, prompt=req.prompt)
-    vecs = result.vectors
+    vecs = quantize(result.vectors, req.embedding_type or "float", pipe.ranges)
     if req.encoding_format == "base64":
-        le = vecs.astype("<f4", copy=False)
-        items: list[Any] = [base64.b64encode(le[i].tobytes()).decode("ascii") for i in range(len(le))]
+        items: list[Any] = packed_base64(vecs)
     else:
-        items = list(vecs)
+        items = as_json(vecs)
     # a vector is its numpy row: the encoder writes it at float32 precision, with no Python floats made
     data = [EmbeddingItem(object="embedding", index=i, embedding=e) for i, e in enumerate(items)]
     return json_response(EmbeddingsResponse(object="list", data=data, model=model.name, usage=usage(result.tokens)),
@@ -229,7 +232,7 @@ async def cohere_embed(request: web.Request) -> web.Response:
                              truncation_headers(result.truncated))
     return json_response(CohereEmbedResponse(id=str(uuid.uuid4()), texts=req.texts, meta=meta,
                                              response_type="embeddings_by_type",
-                                             embeddings=embedding_types(result.vectors, types or ["float"])),
+                                             embeddings=by_type(result.vectors, types or ["float"], pipe.ranges)),
                          truncation_headers(result.truncated))
 
 
