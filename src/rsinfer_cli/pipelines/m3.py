@@ -54,7 +54,7 @@ class M3Options:
     """The m3 family's model keys."""
 
     # FlagEmbedding's weights_for_different_modes: [dense, sparse, colbert] in the weighted scores
-    m3_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    m3_weights: tuple[float, ...] = (1.0, 1.0, 1.0)
     # the score the rerank routes return: dense | sparse | colbert | sparse+dense | colbert+sparse+dense
     m3_score: str = opt("colbert+sparse+dense", choices=SCORES)
     # documents per request on the rerank routes; more → 413
