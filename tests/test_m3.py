@@ -333,3 +333,27 @@ def test_the_cli_gives_every_output(shared_models, ref):
         _same_lexical(dict(zip(map(str, line["indices"]), line["values"], strict=True)), c["lexical_weights"], "cli")
     for c, line in zip(texts, run("embed"), strict=True):
         assert np.abs(np.array(line["embedding"]) - c["dense_vecs"]).max() <= TOL
+
+
+def test_from_the_hub_as_baai_ships_it(shared_models, fake_hub, tmp_path):
+    """A repo with the heads as .pt only (BAAI/bge-m3's layout) downloads, is recognised and serves FlagEmbedding's
+    vectors; `rsinfer download` keeps the heads."""
+    import subprocess
+    import sys
+
+    import rsinfer_cli
+
+    src = shared_models / "tiny-bge-m3"
+    files = {str(f.relative_to(src)): f.read_bytes() for f in src.rglob("*")
+             if f.is_file() and not f.name.endswith(".safetensors") and f.name != "reference.json"}
+    fake_hub.add("BAAI/tiny-m3", files)
+    ref = json.loads((src / "reference.json").read_text(encoding="utf-8"))
+    with rsinfer_cli.load(hf="BAAI/tiny-m3") as model:
+        assert model.kind == "m3" and model.pipeline.describe()["heads"] == "colbert_linear.pt, sparse_linear.pt"
+        out = model.m3([ref["texts"][0]["text"]], sparse=True)
+        _same_lexical(out["lexical_weights"][0], ref["texts"][0]["lexical_weights"], "hub")
+    dest = tmp_path / "dl"
+    proc = subprocess.run([sys.executable, "-m", "rsinfer_cli", "download", "BAAI/tiny-m3", str(dest)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in dest.rglob("*.pt")} == {"colbert_linear.pt", "sparse_linear.pt"}

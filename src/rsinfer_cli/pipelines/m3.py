@@ -216,8 +216,7 @@ class M3Pipeline(TextPipeline, Embedder, SparseEncoder, TokenVectorizer, Reranke
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "heads": "in the graph" if self.heads is None else self.heads.source,
                 "output": self.output, "dense_dim": self.hidden, "colbert_dim": self.colbert_dim,
-                "vocab_size": self.vocab_size, "m3_weights": list(self.weights), "m3_score": self.score_mode,
-                "max_len": self.model.max_len}
+                "vocab_size": self.vocab_size, "m3_weights": list(self.weights), "m3_score": self.score_mode}
 
     # ------------------------------------------------------------ rows
 
