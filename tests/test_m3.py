@@ -133,6 +133,8 @@ def test_every_route_serves_its_part(m3_server, ref):
         dense = [m3_server.post("/v1/embeddings", json={"model": model, "input": inputs}).json()["data"][i]["embedding"]
                  for i in range(1)]
         assert np.abs(np.array(dense[0]) - texts[0]["dense_vecs"]).max() <= TOL
+        hf = m3_server.post(f"/models/{model}", json={"inputs": inputs[0]}).json()      # feature-extraction
+        assert np.abs(np.array(hf) - texts[0]["dense_vecs"]).max() <= TOL
         tei = m3_server.post(f"/models/{model}/embed", json={"inputs": inputs}).json()
         assert np.abs(np.array(tei) - np.array([c["dense_vecs"] for c in texts])).max() <= TOL
         sparse = m3_server.post("/v1/embeddings/sparse", json={"model": model, "input": inputs}).json()["data"]
