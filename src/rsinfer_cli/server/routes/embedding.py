@@ -64,8 +64,9 @@ class EmbeddingsRequest(Request):
 class EmbeddingItem(Response):
     object: Literal["embedding"]
     index: int
-    embedding: Annotated[list[float] | list[int] | str, Meta(description=(
-        "Floats (or the integers of embedding_type), or base64 of little-endian float32 (or of the packed bytes)"))]
+    embedding: Annotated[list[float] | str, Meta(description=(
+        "Floats (the integers of embedding_type are numbers here too), or base64 of little-endian float32 (or of the "
+        "packed bytes)"))]
 
 
 class EmbeddingsResponse(Response):
