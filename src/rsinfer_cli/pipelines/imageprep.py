@@ -196,7 +196,7 @@ def pixels(rgb: Any, cfg: ImageConfig) -> np.ndarray:
     if cfg.crop:
         top, left = (arr.shape[0] - cfg.height) // 2, (arr.shape[1] - cfg.width) // 2
         arr = _crop(arr, top, left, cfg.height, cfg.width)
-    x = (arr.astype(np.float64) * cfg.rescale).astype(np.float32) if cfg.rescale is not None else \
+    x: np.ndarray = (arr.astype(np.float64) * cfg.rescale).astype(np.float32) if cfg.rescale is not None else \
         arr.astype(np.float32)
     if cfg.mean is not None and cfg.std is not None:
         x = (x - np.array(cfg.mean, dtype=np.float32)) / np.array(cfg.std, dtype=np.float32)
