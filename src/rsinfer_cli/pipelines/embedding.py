@@ -481,3 +481,14 @@ def calibration(model: LoadedModel, path: str | None, dim: int | None) -> Ranges
         return Ranges.load(Path(path), dim)
     except ValueError as exc:
         raise ModelLoadError(f"model '{model.name}': quantization_calibration: {exc}", model=model.name) from None
+
+
+def quality(a: EmbeddingPipeline, b: EmbeddingPipeline, texts: Sequence[str]) -> dict[str, float]:
+    """What b's vectors lose against a's (the quality gate): each text's cosine (mean, min) and the overlap of
+    every text's 10 nearest neighbours in the corpus."""
+    from .quality import cosines, neighbour_recall
+
+    va, vb = a.embed(texts).vectors, b.embed(texts).vectors
+    cos = cosines(va, vb)
+    return {"mean_cosine": float(cos.mean()), "min_cosine": float(cos.min()),
+            "top10_recall": neighbour_recall(va, vb)}
