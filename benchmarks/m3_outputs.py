@@ -7,7 +7,7 @@ The model is `tiny-bge-m3` (../shared/models, random weights, XLM-R hidden 32, 2
 texts of its reference, sentences of 3-60 tokens), one client, one request at a time, the two kinds alternating
 request by request so that the machine's slower spells fall on both; medians of `--rounds` rounds. The server's
 forward counter (rsinfer_batch_rows) shows that an all-outputs request runs each text's row once. Baseline: the
-raw pipeline in-process - tokenizers → session.run → CLS normalised - on the same 8 texts.
+raw dense pipeline in-process - tokenizers → session.run → CLS normalised - on the same 8 texts, one at a time.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def texts() -> list[str]:
 
 
 def raw(items: list[str], seconds: float) -> float:
-    """Requests/s of the raw dense pipeline on the 8 texts at once."""
+    """Requests/s of the raw dense pipeline over the 8 texts, batch 1 (ONNX Runtime's default threads)."""
     import numpy as np
     import onnxruntime as ort
     from tokenizers import Tokenizer
@@ -45,16 +45,11 @@ def raw(items: list[str], seconds: float) -> float:
     tok.enable_truncation(128)
     sess = ort.InferenceSession(str(MODEL / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
 
-    def once() -> None:
-        encs = tok.encode_batch(items)
-        width = max(len(e.ids) for e in encs)
-        ids = np.ones((len(encs), width), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        for i, e in enumerate(encs):
-            ids[i, :len(e.ids)] = e.ids
-            mask[i, :len(e.ids)] = 1
-        h = sess.run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask})[0][:, 0]
-        _ = h / np.linalg.norm(h, axis=1, keepdims=True)
+    def once() -> None:            # one text at a time (batch 1): one client's baseline
+        for text in items:
+            ids = np.array([tok.encode(text).ids], dtype=np.int64)
+            h = sess.run(["last_hidden_state"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0][:, 0]
+            _ = h / np.linalg.norm(h, axis=1, keepdims=True)
 
     for _ in range(20):
         once()
