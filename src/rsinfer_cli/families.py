@@ -154,6 +154,9 @@ class Family:
     trial_feeds: Part[TrialFeeds] | None = None   # the load's trial forward, where the signature's zeros cannot run
     aux_files: tuple[str, ...] = ()   # files of its models' folders it reads besides the graph, config.json and (with
                                       # needs_tokenizer) the tokenizer's: `hub` fetches them, `download` keeps them
+    graphs: tuple[str, ...] = ()      # a model of several graphs (CLIP's vision and text towers): the first is the
+                                      # main graph the queue runs (preferred over model.onnx), the others towers the
+                                      # engine loads beside it with the same lanes (LoadedModel.tower)
 
     # ------------------------------------------------------------ the parts, imported now and typed
 
@@ -247,7 +250,7 @@ def aux_files(kind: str | None = None) -> tuple[str, ...]:
     fams = [_FAMILIES[kind]] if kind in _FAMILIES else list(_FAMILIES.values()) if kind is None else []
     names = [*BASE_AUX]
     for f in fams:
-        names += [*(TEXT_AUX if f.needs_tokenizer else ()), *f.aux_files]
+        names += [*(TEXT_AUX if f.needs_tokenizer else ()), *f.aux_files, *f.graphs[1:]]
     return tuple(dict.fromkeys(names))
 
 

@@ -49,12 +49,15 @@ class ModelSource:
     needs_tokenizer: bool = True     # text families need tokenizer.json; a tensor model is a graph alone
     # the files besides the graph its family reads (families.aux_files); None: any family's
     aux_files: tuple[str, ...] | None = None
+    # the graph its family prefers over model.onnx (Family.graphs' first)
+    prefer: str | None = None
 
     @classmethod
-    def of(cls, model: Any, needs_tokenizer: bool = True, aux_files: tuple[str, ...] | None = None) -> ModelSource:
+    def of(cls, model: Any, needs_tokenizer: bool = True, aux_files: tuple[str, ...] | None = None,
+           prefer: str | None = None) -> ModelSource:
         return cls(hf=model.hf, path=model.path, revision=model.revision, subfolder=model.subfolder,
                    file=model.file, tokenizer_hf=model.tokenizer_hf, dtype=model.dtype,
-                   needs_tokenizer=needs_tokenizer, aux_files=aux_files)
+                   needs_tokenizer=needs_tokenizer, aux_files=aux_files, prefer=prefer)
 
 
 @dataclass(frozen=True)
@@ -245,9 +248,10 @@ def _tqdm_bridge(progress: Progress, name: str) -> type[Any]:
 # ---------------------------------------------------------------- resolution
 
 
-def graph_candidates(dtype: str = "auto", file: str | None = None) -> list[str]:
-    """The graph preference order: `file` first, then the dtype's favourites, then the default list."""
-    order = ([file] if file else []) + list(DTYPE_FIRST[normalize_dtype(dtype)]) + list(DEFAULT_GRAPHS)
+def graph_candidates(dtype: str = "auto", file: str | None = None, prefer: str | None = None) -> list[str]:
+    """The graph preference order: `file` first, then the family's graph, the dtype's favourites, the default list."""
+    order = ([file] if file else []) + ([prefer] if prefer else []) + list(DTYPE_FIRST[normalize_dtype(dtype)]) + \
+        list(DEFAULT_GRAPHS)
     return list(dict.fromkeys(order))
 
 
@@ -260,9 +264,9 @@ def _join(folder: str, name: str) -> str:
 
 
 def pick_graph(files: frozenset[str], dtype: str = "auto", file: str | None = None,
-               subfolder: str | None = None) -> tuple[str, str, list[str]]:
+               subfolder: str | None = None, prefer: str | None = None) -> tuple[str, str, list[str]]:
     """(repo-relative graph, why, candidate order). For each candidate: root, then subfolder, then onnx/."""
-    candidates = graph_candidates(dtype, file)
+    candidates = graph_candidates(dtype, file, prefer)
     if file:
         for folder in _folders(subfolder):
             rel = _join(folder, file)
@@ -376,7 +380,7 @@ def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress
         assert spec.hf is not None   # a source is a path or a repo
         main = _HubFiles(spec.hf, spec.revision, cache, progress)
         source = f"hf:{spec.hf}@{spec.revision}"
-    graph, why, candidates = pick_graph(main.files, spec.dtype, spec.file, spec.subfolder)
+    graph, why, candidates = pick_graph(main.files, spec.dtype, spec.file, spec.subfolder, spec.prefer)
     sources: list[tuple[_Files, str | None]] = [(main, spec.subfolder)]
     tok_src: _Files | None = None
 

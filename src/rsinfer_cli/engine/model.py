@@ -88,6 +88,32 @@ def effective_max_len(cfg_max_len: int | None, aux: dict[str, dict[str, Any]]) -
 
 
 @dataclass
+class Tower:
+    """A second graph of a model (CLIP's text tower beside its vision tower): a session per lane of the main
+    graph's, and the wide lane's."""
+
+    file: str
+    sessions: list[Session]
+    wide: Session | None
+    graph: GraphInfo
+
+
+def _tower(cfg: ModelConfig, resolved: ResolvedModel, name: str, plan: EpPlan, threads: ModelThreads) -> Tower:
+    """Tower `name` (a file beside the main graph, fetched as its family's aux file), built as the main graph's
+    sessions are and trial-run."""
+    path = resolved.aux.get(name)
+    if path is None:
+        raise ModelLoadError(f"model '{cfg.name}': its family needs {name} beside {resolved.graph_file}; the folder "
+                             "has none", model=cfg.name)
+    built = [build_session(path, cfg, plan, threads.threads) for _ in range(threads.sessions)]
+    sessions = built * threads.lanes if len(built) == 1 else built
+    wide = build_session(path, cfg, plan, threads.wide, spinning=True) if threads.wide else None
+    graph = graph_info(sessions[0])
+    _trial_forward(cfg.name, sessions + ([wide] if wide is not None else []), graph)
+    return Tower(name, sessions, wide, graph)
+
+
+@dataclass
 class LoadedModel:
     config: ModelConfig
     resolved: ResolvedModel
@@ -105,6 +131,18 @@ class LoadedModel:
     program: str | None = None         # a script model: what runs (venv, compiled executable)
     # requests the runtime's core holds for this version (what a reload waits for before it frees it)
     in_flight: int = field(default=0, compare=False)
+    # the other graphs of a several-graph family (Family.graphs), by file name, with the main graph's lanes
+    towers: dict[str, Tower] = field(default_factory=dict)
+
+    def tower(self, name: str, session: Session) -> Session:
+        """The session of tower `name` in the lane `session` (one of the main graph's, or the wide one) is."""
+        tower = self.towers[name]
+        if session is self.wide and tower.wide is not None:
+            return tower.wide
+        for i, s in enumerate(self.sessions):
+            if s is session:
+                return tower.sessions[i]
+        raise KeyError(f"model '{self.name}': the session is none of its lanes")
 
     @property
     def name(self) -> str:
@@ -218,7 +256,8 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
         return finish_load(load_script(cfg, server, backend, threads))
     t0 = time.perf_counter()
     family = families.get(cfg.kind)
-    resolved = resolve(ModelSource.of(cfg, family.needs_tokenizer, families.aux_files(cfg.kind)), cache_dir, progress)
+    resolved = resolve(ModelSource.of(cfg, family.needs_tokenizer, families.aux_files(cfg.kind),
+                                      family.graphs[0] if family.graphs else None), cache_dir, progress)
     t_resolve = time.perf_counter() - t0
     aux = {name: _read_json(path) for name, path in resolved.aux.items() if name.endswith(".json")
            and name != "tokenizer.json"}
@@ -239,13 +278,14 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     if cfg.kind == "tensor" and cfg.path and (Path(cfg.path).expanduser() / CONTRACT_FILE).is_file():
         cfg = agree_with_graph(cfg, Path(cfg.path).expanduser(), graph)
     _trial_forward(cfg.name, sessions + ([wide] if wide is not None else []), graph, family.trial(graph, aux))
+    towers = {name: _tower(cfg, resolved, name, plan, threads) for name in family.graphs[1:]}
     size = resolved.graph_path.stat().st_size + sum(
         (resolved.graph_path.parent / Path(rel).name).stat().st_size for rel in resolved.external_data)
     stats = {"file_bytes": size, "resolve_s": round(t_resolve, 3), "build_s": round(t_build, 3),
              "rss_delta_bytes": rss_delta}
     model = LoadedModel(config=cfg, resolved=resolved, sessions=sessions, graph=graph, eps=plan,
                         providers=actual_providers(sessions[0]), max_len=max_len, max_len_source=max_len_source,
-                        aux=aux, stats=stats, threads=threads, wide=wide)
+                        aux=aux, stats=stats, threads=threads, wide=wide, towers=towers)
     log.info("model %s loaded: %s (%s), %.1f MiB, %s built in %.2fs, RSS +%.1f MiB, EPs %s",
              cfg.name, resolved.graph_file, resolved.source, size / 2**20, threads.describe(), t_build,
              rss_delta / 2**20, ",".join(model.providers))
