@@ -35,7 +35,7 @@ _rsinfer() {
                 --hf) return ;;
                 --revision) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
-                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction m3 tensor" -- "$cur")); return ;;
+                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction m3 image_text tensor" -- "$cur")); return ;;
                 --compare) return ;;
                 --min-cosine) return ;;
                 --min-recall) return ;;
@@ -149,7 +149,7 @@ _rsinfer() {
                 --subfolder) return ;;
                 --tokenizer-hf) return ;;
                 --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
-                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction m3 tensor" -- "$cur")); return ;;
+                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction m3 image_text tensor" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--config -c --path --hf --revision --file --subfolder --tokenizer-hf --dtype --kind --json --help -h" -- "$cur")) ;;
         m3)
@@ -196,7 +196,7 @@ _rsinfer() {
                 --dtype) COMPREPLY=($(compgen -W "int8 fp16 fp32" -- "$cur")); return ;;
                 --out) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --into) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction m3 tensor" -- "$cur")); return ;;
+                --kind) COMPREPLY=($(compgen -W "embedding rerank zeroshot classifier pii sparse late_interaction m3 image_text tensor" -- "$cur")); return ;;
                 --texts) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --speed-seconds) return ;;
                 --min-cosine) return ;;

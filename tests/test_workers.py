@@ -265,7 +265,8 @@ def test_every_route_answers_as_one_process_does(shared_models, tmp_path):
               f"  - {{name: add, kind: tensor, path: '{shared_models / 'tensor-models' / 'add_one'}', replicas: 1}}\n"
               f"  - {{name: splade, kind: sparse, path: '{shared_models / 'tiny-splade'}', replicas: 1}}\n"
               f"  - {{name: colbert, kind: late_interaction, path: '{shared_models / 'tiny-colbert'}', replicas: 1}}\n"
-              f"  - {{name: m3, kind: m3, path: '{shared_models / 'tiny-bge-m3'}', replicas: 1}}\n")
+              f"  - {{name: m3, kind: m3, path: '{shared_models / 'tiny-bge-m3'}', replicas: 1}}\n"
+              f"  - {{name: clip, kind: image_text, path: '{shared_models / 'tiny-clip'}', replicas: 1}}\n")
     cfg = write_config(tmp_path, shared_models, port, f"grpc_bind: '127.0.0.1:{grpc_port}'", models)
     texts = ["Call Jane Doe at jane@example.com about the refund.", "The weather in Paris is mild."]
     requests = [(route, make(texts)) for f in families.all_families() if f.bench is not None

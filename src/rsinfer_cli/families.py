@@ -378,6 +378,15 @@ register(Family(kind="m3", summary="BGE-M3: dense, sparse and ColBERT vectors fr
                 serves=("embedding", "sparse", "late_interaction", "rerank"),
                 aux_files=("colbert_linear.safetensors", "sparse_linear.safetensors", "colbert_linear.pt",
                            "sparse_linear.pt")))
+register(Family(kind="image_text", summary="CLIP and SigLIP: image and text vectors in one space, zero-shot image "
+                "classification", pipeline="rsinfer_cli.pipelines.image_text:ImageTextPipeline",
+                routes="rsinfer_cli.server.routes.image_text:routes",
+                bench="rsinfer_cli.server.routes.image_text:BENCH", ops="rsinfer_cli.server.routes.image_text:OPS",
+                options="rsinfer_cli.pipelines.image_text:ImageTextOptions",
+                recognise="rsinfer_cli.pipelines.image_text:recognise", priority=11,
+                hf_task="rsinfer_cli.server.routes.image_text:hf_task", info_type="embedding", serves=("embedding",),
+                graphs=("vision_model.onnx", "text_model.onnx"), aux_files=("preprocessor_config.json",),
+                trial_feeds="rsinfer_cli.pipelines.image_text:trial_feeds"))
 register(Family(kind="tensor", summary="any ONNX graph as named tensors (KServe v2 REST and gRPC, /infer, /batch)",
                 pipeline="rsinfer_cli.pipelines.tensor:TensorPipeline",
                 routes="rsinfer_cli.server.routes.tensor:routes", bench="rsinfer_cli.server.routes.tensor:BENCH",

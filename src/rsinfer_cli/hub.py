@@ -251,7 +251,7 @@ def _tqdm_bridge(progress: Progress, name: str) -> type[Any]:
 def graph_candidates(dtype: str = "auto", file: str | None = None, prefer: str | None = None) -> list[str]:
     """The graph preference order: `file` first, then the family's graph, the dtype's favourites, the default list."""
     order = ([file] if file else []) + ([prefer] if prefer else []) + list(DTYPE_FIRST[normalize_dtype(dtype)]) + \
-        list(DEFAULT_GRAPHS)
+        list(DEFAULT_GRAPHS) + [f.graphs[0] for f in families.all_families() if f.graphs]   # a folder of any kind
     return list(dict.fromkeys(order))
 
 

@@ -52,13 +52,20 @@ class TextSpec:
         return cls(kind, max_len, int(pad), kind == "siglip")
 
 
+def token_rows(tokenizer: Any, spec: TextSpec, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's ids, truncated keeping the final special token; SigLIP's already padded to max_len."""
+    tokenizer.enable_truncation(spec.max_len)
+    tokenizer.no_padding()
+    rows = [e.ids for e in tokenizer.encode_batch(list(texts))]
+    if spec.pad_to_max:
+        rows = [r + [spec.pad_id] * (spec.max_len - len(r)) for r in rows]
+    return rows
+
+
 def text_rows(tokenizer: Any, spec: TextSpec, texts: Sequence[str]) -> np.ndarray:
     """The texts as the text tower's input_ids [n, length] int64: truncated keeping the final special token, padded
     (to the longest row, or always to max_len for SigLIP)."""
-    tok = tokenizer
-    tok.enable_truncation(spec.max_len)
-    tok.no_padding()
-    rows = [e.ids for e in tok.encode_batch(list(texts))]
+    rows = token_rows(tokenizer, spec, texts)
     width = spec.max_len if spec.pad_to_max else max((len(r) for r in rows), default=1)
     out = np.full((len(rows), width), spec.pad_id, dtype=np.int64)
     for i, r in enumerate(rows):

@@ -120,6 +120,12 @@ class Embedder(RowPipeline):
         """The text put before each input (InputError naming an unknown prompt)."""
         raise NotImplementedError
 
+    def plan_images(self, images: Sequence[bytes], *, normalize: bool | None = None, route: str = "processor",
+                    param: str = "input") -> Work[EmbedResult]:
+        """Encoded images → vectors in the model's space (a text-only model refuses: InputError)."""
+        raise InputError(f"model '{self.model.name}' embeds text only; images need an image_text model (CLIP, "
+                         "SigLIP)", param=param)
+
 
 class EmbeddingPipeline(TextPipeline, Embedder):
     kind = "embedding"

@@ -219,3 +219,26 @@ def _crop(arr: np.ndarray, top: int, left: int, h: int, w: int) -> np.ndarray:
 def preprocess(data: bytes, cfg: ImageConfig, limits: Limits | None = None, route: str = "processor") -> np.ndarray:
     """Encoded image bytes → the vision tower's float32 [3, H, W] (ImageInputError naming what is wrong)."""
     return pixels(to_rgb(open_image(data, limits or Limits()), route), cfg)
+
+
+def image_bytes(item: Any, limits: Limits) -> bytes:
+    """An image as a request gives it: base64, or a data URI (`data:image/png;base64,...`). A URL is refused: a
+    server that fetches what a request names can be made to reach hosts it should not (ImageInputError)."""
+    import base64
+    import binascii
+
+    if not isinstance(item, str):
+        raise ImageInputError(f"an image is a base64 string or a data URI, got {type(item).__name__}")
+    text = item.strip()
+    if text[:8].lower().startswith(("http://", "https:/")):
+        raise ImageInputError("image URLs are not fetched: send the image as base64 or a data URI")
+    if text[:5].lower() == "data:":
+        head, sep, text = text.partition(",")
+        if not sep or ";base64" not in head.lower():
+            raise ImageInputError("a data URI must be base64 (data:image/png;base64,...)")
+    if len(text) > limits.max_bytes * 4 // 3 + 4:
+        raise ImageInputError(f"more than {limits.max_bytes} bytes")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ImageInputError("not valid base64") from None

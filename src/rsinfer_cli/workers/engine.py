@@ -43,7 +43,8 @@ log = logging.getLogger("rsinfer.engine")
 
 def shell(model: LoadedModel) -> LoadedModel:
     """The model as a front end holds it: everything but the sessions."""
-    return replace(model, sessions=[], wide=None)
+    return replace(model, sessions=[], wide=None,
+                   towers={name: replace(t, sessions=[], wide=None) for name, t in model.towers.items()})
 
 
 def wire_key(model: LoadedModel) -> str:

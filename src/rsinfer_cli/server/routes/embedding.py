@@ -52,6 +52,8 @@ class EmbeddingsRequest(Request):
     input: Inputs
     model: Model = None
     encoding_format: Literal["float", "base64"] | None = None
+    modality: Annotated[Literal["text", "image"] | None, Meta(description=(
+        "infinity's: image makes `input` images (base64 or data URIs) for an image_text model"))] = None
     embedding_type: Annotated[Literal["float", "int8", "uint8", "binary", "ubinary"] | None, Meta(description=(
         "rsinfer's extension (extra_body in the OpenAI SDK): int8, uint8, binary or ubinary vectors as "
         "sentence-transformers' quantize_embeddings makes them; with encoding_format base64, the packed bytes"))] = None
@@ -174,15 +176,36 @@ def _inputs(call: Call[Any], key: str, value: Any) -> tuple[list[Any] | None, li
     return check_inputs(call, key, texts), ids, single
 
 
+def _images(call: Call[Any], value: Any) -> list[bytes]:
+    """`input` as images (modality: image): base64 strings or data URIs, decoded (InputError naming the item)."""
+    from ...pipelines import imageprep as ip
+
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+        raise InputError("with modality image, `input` is an image or a list of them (base64 or data URIs)",
+                         param="input")
+    check_count(call, "input", len(items))
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(ip.image_bytes(item, ip.Limits()))
+        except ip.ImageInputError as exc:
+            raise InputError(f"input[{i}]: {exc}", param=f"input[{i}]") from None
+    return out
+
+
 @routes.post("/v1/embeddings")
 @routes.post("/embeddings")           # infinity's path: litellm's infinity/ provider with a root base URL
 async def openai_embeddings(request: web.Request) -> web.Response:
     call = await begin(request, "embedding", EmbeddingsRequest)
     req, model, pipe = call.req, call.model, call.pipeline(Embedder)
-    texts, ids, _ = _inputs(call, "input", req.input)
-    check_prompt(call, req.prompt, texts)
-    result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, truncate=req.truncate,
-                              prompt_name=req.prompt_name, prompt=req.prompt)
+    if req.modality == "image":
+        result = await call.infer(pipe.plan_images, _images(call, req.input), param="input")
+    else:
+        texts, ids, _ = _inputs(call, "input", req.input)
+        check_prompt(call, req.prompt, texts)
+        result = await call.infer(pipe.plan, texts, ids, dimensions=req.dimensions, truncate=req.truncate,
+                                  prompt_name=req.prompt_name, prompt=req.prompt)
     vecs = quantize(result.vectors, req.embedding_type or "float", pipe.ranges)
     if req.encoding_format == "base64":
         items: list[Any] = packed_base64(vecs)

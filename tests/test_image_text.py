@@ -1,0 +1,152 @@
+"""CLIP and SigLIP served (`kind: image_text`): image and text vectors on /v1/embeddings (infinity's `modality`),
+the OpenAI SDK and the Hugging Face client, zero-shot image classification on its route and as the Hugging Face
+task, all against transformers' references for tiny-clip and tiny-siglip; and the images it refuses with a 400
+while it keeps serving."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+pytest.importorskip("PIL")
+pytestmark = pytest.mark.shared
+TOL = 1e-4
+NAMES = ("clip", "siglip")
+
+
+@pytest.fixture(scope="module")
+def server(shared_models):
+    import httpx
+
+    from rsinfer_cli.config import parse_config
+
+    from serverutil import ServerThread
+
+    cfg = parse_config({"models": [{"name": n, "kind": "image_text", "path": str(shared_models / f"tiny-{n}")}
+                                   for n in NAMES]})
+    with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        yield srv, c
+
+
+def _ref(shared_models, name):
+    return json.loads((shared_models / f"tiny-{name}" / "reference.json").read_text(encoding="utf-8"))
+
+
+def _b64(shared_models, name, file):
+    return base64.b64encode((shared_models / f"tiny-{name}" / file).read_bytes()).decode("ascii")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_image_and_text_vectors_are_transformers(server, shared_models, name):
+    _, c = server
+    ref = _ref(shared_models, name)
+    images = [_b64(shared_models, name, im["file"]) for im in ref["images"]]
+    images[1] = "data:image/jpeg;base64," + images[1]                   # a data URI too
+    r = c.post("/v1/embeddings", json={"model": name, "input": images, "modality": "image"})
+    assert r.status_code == 200, r.text
+    got = np.array([d["embedding"] for d in r.json()["data"]])
+    assert np.abs(got - np.array([im["image_embeds_normalized"] for im in ref["images"]])).max() <= TOL
+    texts = [t["text"] for t in ref["texts"]]
+    r = c.post("/v1/embeddings", json={"model": name, "input": texts})
+    got = np.array([d["embedding"] for d in r.json()["data"]])
+    assert np.abs(got - np.array([t["text_embeds_normalized"] for t in ref["texts"]])).max() <= TOL
+    raw = c.post(f"/models/{name}/embed", json={"inputs": texts[:2], "normalize": False})
+    assert raw.status_code == 200, raw.text
+    raw = raw.json()
+    assert np.abs(np.array(raw) - np.array([t["text_embeds"] for t in ref["texts"][:2]])).max() <= TOL
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_zero_shot_is_the_pipelines(server, shared_models, name):
+    from huggingface_hub import InferenceClient
+
+    srv, c = server
+    ref = _ref(shared_models, name)
+    for z in ref["zero_shot"]:
+        im = next(x for x in ref["images"] if x["name"] == z["image"])
+        body = {"model": name, "image": _b64(shared_models, name, im["file"]), "candidate_labels": z["labels"],
+                "hypothesis_template": z["template"]}
+        got = c.post("/classify/zero-shot-image", json=body).json()
+        assert [x["label"] for x in got] == [x["label"] for x in z["pipeline_output"]], z["labels"]
+        assert all(abs(a["score"] - b["score"]) <= TOL for a, b in zip(got, z["pipeline_output"], strict=True))
+    z = next(z for z in ref["zero_shot"] if z["template"] == "This is a photo of {}.")
+    im = next(x for x in ref["images"] if x["name"] == z["image"])
+    client = InferenceClient(model=f"{srv.url}/models/{name}")
+    out = client.zero_shot_image_classification((shared_models / f"tiny-{name}" / im["file"]).read_bytes(),
+                                                candidate_labels=z["labels"])
+    assert [o.label for o in out] == [x["label"] for x in z["pipeline_output"]]
+    assert all(abs(o.score - x["score"]) <= TOL for o, x in zip(out, z["pipeline_output"], strict=True))
+    vec = client.feature_extraction(ref["texts"][0]["text"])
+    assert np.abs(np.asarray(vec).reshape(-1) - ref["texts"][0]["text_embeds_normalized"]).max() <= TOL
+
+
+def test_the_openai_sdk_sends_images_with_modality(server, shared_models):
+    import httpx
+    import openai
+
+    srv, _ = server
+    ref = _ref(shared_models, "clip")
+    with httpx.Client() as http:
+        oa = openai.OpenAI(api_key="unused", base_url=srv.url + "/v1", http_client=http)
+        out = oa.embeddings.create(model="clip", input=[_b64(shared_models, "clip", ref["images"][0]["file"])],
+                                   extra_body={"modality": "image"})
+    assert np.abs(np.array(out.data[0].embedding) - ref["images"][0]["image_embeds_normalized"]).max() <= TOL
+
+
+def _bomb() -> bytes:
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 40_000, 40_000, 8, 2, 0, 0, 0)) + \
+        chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+def test_bad_images_are_400s_and_the_server_keeps_serving(server, shared_models):
+    _, c = server
+    png = (shared_models / "tiny-clip" / "images" / "gradient_640x480.png").read_bytes()
+    svg = b'<svg xmlns="http://www.w3.org/2000/svg" width="9" height="9"/>'
+    cases = [(base64.b64encode(png[: len(png) // 2]).decode(), "cannot decode the image"),
+             (base64.b64encode(_bomb()).decode(), "refused before decoding"),
+             (base64.b64encode(svg).decode(), "not an image in a format read here"),
+             ("https://example.com/cat.png", "image URLs are not fetched"),
+             ("not base64 at all!", "not valid base64")]
+    for item, said in cases:
+        r = c.post("/v1/embeddings", json={"model": "clip", "input": ["x" and base64.b64encode(png).decode(), item],
+                                           "modality": "image"})
+        assert r.status_code == 400, (said, r.text)
+        assert said in r.json()["error"]["message"] and r.json()["error"]["param"] == "input[1]"
+        z = c.post("/classify/zero-shot-image", json={"model": "clip", "image": item, "candidate_labels": ["a"]})
+        assert z.status_code == 400 and said in z.json()["error"]["message"]
+    text_only = c.post("/classify/zero-shot-image", json={"model": "clip", "image": base64.b64encode(png).decode(),
+                                                         "candidate_labels": []})
+    assert text_only.status_code == 400 and text_only.json()["error"]["param"] == "candidate_labels"
+    ok = c.post("/v1/embeddings", json={"model": "clip", "input": [base64.b64encode(png).decode()],
+                                        "modality": "image"})
+    assert ok.status_code == 200
+
+
+def test_a_text_model_refuses_images(shared_models):
+    import httpx
+
+    from rsinfer_cli.config import parse_config
+
+    from serverutil import ServerThread
+
+    cfg = parse_config({"models": [{"name": "mini", "kind": "embedding", "path": str(shared_models /
+                                                                                     "all-minilm-l6-v2")}]})
+    with ServerThread(cfg) as srv:
+        r = httpx.post(srv.url + "/v1/embeddings", json={"input": ["aGVsbG8="], "modality": "image"}, timeout=30)
+    assert r.status_code == 400 and "embeds text only" in r.json()["error"]["message"]
+
+
+def test_inspect_and_recognition(shared_models):
+    import rsinfer_cli
+
+    with rsinfer_cli.load(shared_models / "tiny-siglip") as model:
+        assert model.kind == "image_text"
+        d = model.pipeline.describe()
+        assert d["family"] == "siglip" and d["resample"] == "bilinear" and d["image_size"] == [224, 224]
