@@ -101,7 +101,8 @@ def test_both_or_neither_source():
 
 def test_unknown_kind():
     assert ("models[0].kind: must be one of embedding, rerank, zeroshot, classifier, pii, sparse, late_interaction, "
-            "m3, image_text, tensor, got 'reranker' (did you mean 'rerank'?)") in parse_error({"models": [model(kind="reranker")]})
+            "m3, image_text, tensor, got 'reranker' (did you mean 'rerank'?)") in \
+        parse_error({"models": [model(kind="reranker")]})
 
 
 def test_missing_kind_and_name():

@@ -150,3 +150,38 @@ def test_inspect_and_recognition(shared_models):
         assert model.kind == "image_text"
         d = model.pipeline.describe()
         assert d["family"] == "siglip" and d["resample"] == "bilinear" and d["image_size"] == [224, 224]
+
+
+def test_jina_items_vllm_messages_and_cohere_images(server, shared_models):
+    import cohere
+    import httpx
+
+    srv, c = server
+    ref = _ref(shared_models, "siglip")
+    im, text = ref["images"][0], ref["texts"][0]
+    b64 = _b64(shared_models, "siglip", im["file"])
+    uri = "data:image/png;base64," + b64
+    r = c.post("/v1/embeddings", json={"model": "siglip", "input": [{"text": text["text"]}, {"image": b64}]})
+    assert r.status_code == 200, r.text
+    got = [d["embedding"] for d in r.json()["data"]]
+    assert np.abs(np.array(got[0]) - text["text_embeds_normalized"]).max() <= TOL
+    assert np.abs(np.array(got[1]) - im["image_embeds_normalized"]).max() <= TOL
+    for content, want in (([{"type": "image_url", "image_url": {"url": uri}}], im["image_embeds_normalized"]),
+                          (text["text"], text["text_embeds_normalized"])):
+        r = c.post("/v1/embeddings", json={"model": "siglip", "messages": [{"role": "user", "content": content}]})
+        assert r.status_code == 200, r.text
+        assert np.abs(np.array(r.json()["data"][0]["embedding"]) - want).max() <= TOL
+    two = c.post("/v1/embeddings", json={"model": "siglip", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": uri}}]}]})
+    assert two.status_code == 400 and "2 content parts" in two.json()["error"]["message"]
+    with httpx.Client() as http:
+        co = cohere.ClientV2(api_key="unused", base_url=srv.url, httpx_client=http)
+        out = co.embed(model="siglip", input_type="image", embedding_types=["float"], images=[uri])
+        assert np.abs(np.array(out.embeddings.float_[0]) - im["image_embeds_normalized"]).max() <= TOL
+    mixed = c.post("/v2/embed", json={"model": "siglip", "input_type": "search_document", "embedding_types": ["float"],
+                                      "inputs": [{"content": [{"type": "text", "text": text["text"]}]},
+                                                 {"content": [{"type": "image_url", "image_url": {"url": uri}}]}]})
+    assert mixed.status_code == 200, mixed.text
+    vecs = mixed.json()["embeddings"]["float"]
+    assert np.abs(np.array(vecs[0]) - text["text_embeds_normalized"]).max() <= TOL
+    assert np.abs(np.array(vecs[1]) - im["image_embeds_normalized"]).max() <= TOL

@@ -120,6 +120,14 @@ class Embedder(RowPipeline):
         """The text put before each input (InputError naming an unknown prompt)."""
         raise NotImplementedError
 
+    def plan_items(self, items: Sequence[tuple[str, Any]], *, normalize: bool | None = None,
+                   param: str = "input") -> Work[EmbedResult]:
+        """Texts and images in one list, ("text", str) or ("image", bytes), → vectors in that order (a text-only
+        model takes texts alone)."""
+        if any(kind != "text" for kind, _ in items):
+            return self.plan_images([v for _, v in items], normalize=normalize, param=param)
+        return self.plan([v for _, v in items], normalize=normalize, param=param)
+
     def plan_images(self, images: Sequence[bytes], *, normalize: bool | None = None, route: str = "processor",
                     param: str = "input") -> Work[EmbedResult]:
         """Encoded images → vectors in the model's space (a text-only model refuses: InputError)."""

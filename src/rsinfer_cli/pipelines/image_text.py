@@ -203,6 +203,23 @@ class ImageTextPipeline(Embedder):
         timing.tokenize_s += time.perf_counter() - t0
         return Work(rows, [self.image_cost] * len(rows), lambda outs: self._vectors(outs, normalize, timing), timing)
 
+    def plan_items(self, items: Sequence[tuple[str, Any]], *, normalize: bool | None = None,
+                   param: str = "input") -> Work[EmbedResult]:
+        """Texts and images in one list (Jina's, Cohere's `inputs`), each embedded by its tower, in order."""
+        timing = Timing()
+        t0 = time.perf_counter()
+        texts = [i for i, (kind, _) in enumerate(items) if kind == "text"]
+        images = [i for i, (kind, _) in enumerate(items) if kind != "text"]
+        rows: list[Any] = [None] * len(items)
+        for i, text_row in zip(texts, self._text_rows([items[i][1] for i in texts], timing), strict=True):
+            rows[i] = text_row
+        decoded = self.image_rows([items[i][1] for i in images], "processor", param)
+        for i, image_row in zip(images, decoded, strict=True):
+            rows[i] = image_row
+        timing.tokenize_s = time.perf_counter() - t0
+        costs = [self.image_cost if is_image(r) else len(r) for r in rows]
+        return Work(rows, costs, lambda outs: self._vectors(outs, normalize, timing), timing)
+
     def _vectors(self, outs: list[Any], normalize: bool | None, timing: Timing) -> EmbedResult:
         vecs = np.stack(outs).astype(np.float32) if outs else np.zeros((0, self.dim or 0), np.float32)
         return EmbedResult(clip.unit(vecs) if normalize is not False and len(vecs) else vecs, timing)

@@ -6,7 +6,7 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from aiohttp import web
-from msgspec import Meta
+from msgspec import Meta, Struct
 
 from ...errors import InputError
 from ...jsonio import dumps
@@ -48,8 +48,35 @@ from .common import (
 
 
 
+class InputItem(Struct, kw_only=True):
+    """Jina's item: a text or an image (base64 or a data URI)."""
+
+    text: str | None = None
+    image: str | None = None
+
+
+class ImageUrl(Struct, kw_only=True):
+    url: str
+
+
+class ContentPart(Struct, kw_only=True):
+    """An OpenAI chat content part: {type: text, text} or {type: image_url, image_url: {url}}."""
+
+    type: str
+    text: str | None = None
+    image_url: ImageUrl | None = None
+
+
+class ChatMessage(Struct, kw_only=True):
+    role: str = "user"
+    content: str | list[ContentPart]
+
+
 class EmbeddingsRequest(Request):
-    input: Inputs
+    input: Annotated[str | list[str | int | list[int] | InputItem] | None, Meta(description=(
+        "A string, strings, token ids, lists of token ids, or Jina's items ({text} or {image})"))] = None
+    messages: Annotated[list[ChatMessage] | None, Meta(description=(
+        "vLLM's chat form instead of `input`: one vector for the message's one text or image_url part"))] = None
     model: Model = None
     encoding_format: Literal["float", "base64"] | None = None
     modality: Annotated[Literal["text", "image"] | None, Meta(description=(
@@ -88,10 +115,19 @@ class TeiEmbedRequest(Request):
     prompt: PromptText = None
 
 
+class CohereInput(Struct, kw_only=True):
+    """Cohere v2's mixed input: its content parts (one text or one image_url a vector here)."""
+
+    content: list[ContentPart]
+
+
 class CohereEmbedRequest(Request):
-    texts: list[str]
+    texts: list[str] | None = None
+    images: Annotated[list[str] | None, Meta(description="Cohere v2: images as data URIs (an image_text model)")] = None
+    inputs: Annotated[list[CohereInput] | None, Meta(description=(
+        "Cohere v2: items of content parts, one text or one image_url each"))] = None
     model: Model = None
-    input_type: Annotated[Literal["search_document", "search_query", "classification", "clustering"] | None,
+    input_type: Annotated[Literal["search_document", "search_query", "classification", "clustering", "image"] | None,
                           Meta(description="Picks the model's prompt: search_query → query, search_document → "
                                            "document, passage or corpus (per model: input_type_prompts)")] = None
     embedding_types: list[Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]] | None = None
@@ -176,6 +212,73 @@ def _inputs(call: Call[Any], key: str, value: Any) -> tuple[list[Any] | None, li
     return check_inputs(call, key, texts), ids, single
 
 
+def _image(item: str, where: str) -> bytes:
+    from ...pipelines import imageprep as ip
+
+    try:
+        return ip.image_bytes(item, ip.Limits())
+    except ip.ImageInputError as exc:
+        raise InputError(f"{where}: {exc}", param=where) from None
+
+
+def _mixed(call: Call[Any], req: EmbeddingsRequest) -> list[tuple[str, Any]] | None:
+    """Jina's items or vLLM's messages as ("text", str) / ("image", bytes) items; None: a plain `input`."""
+    if req.messages is not None:
+        if req.input is not None:
+            raise InputError("give `input` or `messages`, not both", param="messages")
+        parts = [p if isinstance(p, ContentPart) else ContentPart(type="text", text=p)
+                 for m in req.messages for p in (m.content if isinstance(m.content, list) else [m.content])]
+        if len(parts) != 1:
+            raise InputError(f"`messages` holds {len(parts)} content parts; one text or one image_url makes one "
+                             "vector", param="messages")
+        return [_part(parts[0], "messages[0].content")]
+    if req.input is None:
+        raise InputError("`input` is required", param="input")
+    if not isinstance(req.input, list) or not any(isinstance(x, InputItem) for x in req.input):
+        return None
+    out = []
+    for i, x in enumerate(req.input):
+        if not isinstance(x, InputItem) or (x.text is None) == (x.image is None):
+            raise InputError(f"input[{i}]: an item is {{\"text\": ...}} or {{\"image\": ...}}", param=f"input[{i}]")
+        out.append(("text", x.text) if x.text is not None else ("image", _image(x.image or "", f"input[{i}]")))
+    check_count(call, "input", len(out))
+    return out
+
+
+def _cohere_items(call: Call[Any], req: CohereEmbedRequest) -> list[tuple[str, Any]] | None:
+    """Cohere's `images` or `inputs` as ("text", str) / ("image", bytes) items; None: `texts`. Exactly one of the
+    three."""
+    given = [k for k in ("texts", "images", "inputs") if getattr(req, k) is not None]
+    if not given:        # the required field missing: 422, as a body that does not validate
+        raise RequestValidationError("`texts` is required (or Cohere v2's `images` or `inputs`)", param="texts")
+    if len(given) > 1:
+        raise InputError(f"give one of `texts`, `images`, `inputs`, not {' and '.join(given)}", param=given[1])
+    key = given[0]
+    if not getattr(req, key):
+        raise InputError(f"`{key}` is empty", param=key)
+    if key == "texts":
+        return None
+    check_count(call, key, len(getattr(req, key)))
+    if req.images is not None:
+        return [("image", _image(x, f"images[{i}]")) for i, x in enumerate(req.images)]
+    out = []
+    for i, item in enumerate(req.inputs or []):
+        if len(item.content) != 1:
+            raise InputError(f"inputs[{i}]: {len(item.content)} content parts; one text or one image_url makes one "
+                             "vector", param=f"inputs[{i}]")
+        out.append(_part(item.content[0], f"inputs[{i}].content[0]"))
+    return out
+
+
+def _part(part: ContentPart, where: str) -> tuple[str, Any]:
+    if part.type == "text" and part.text is not None:
+        return "text", part.text
+    if part.type == "image_url" and part.image_url is not None:
+        return "image", _image(part.image_url.url, where)
+    raise InputError(f"{where}: a part is {{type: text, text}} or {{type: image_url, image_url: {{url}}}}",
+                     param=where)
+
+
 def _images(call: Call[Any], value: Any) -> list[bytes]:
     """`input` as images (modality: image): base64 strings or data URIs, decoded (InputError naming the item)."""
     from ...pipelines import imageprep as ip
@@ -199,7 +302,10 @@ def _images(call: Call[Any], value: Any) -> list[bytes]:
 async def openai_embeddings(request: web.Request) -> web.Response:
     call = await begin(request, "embedding", EmbeddingsRequest)
     req, model, pipe = call.req, call.model, call.pipeline(Embedder)
-    if req.modality == "image":
+    mixed = _mixed(call, req)
+    if mixed is not None:
+        result = await call.infer(pipe.plan_items, mixed, param="input")
+    elif req.modality == "image":
         result = await call.infer(pipe.plan_images, _images(call, req.input), param="input")
     else:
         texts, ids, _ = _inputs(call, "input", req.input)
@@ -238,23 +344,24 @@ async def cohere_embed(request: web.Request) -> web.Response:
     model entry maps them), `embedding_types`, `truncate` (NONE | START | END) and `output_dimension`."""
     call = await begin(request, "embedding", CohereEmbedRequest)
     req, pipe = call.req, call.pipeline(Embedder)
-    if not req.texts:
-        raise InputError("`texts` is empty", param="texts")
-    texts = check_inputs(call, "texts", req.texts)
     v2 = request.path.startswith("/v2/")
     types = req.embedding_types
-    truncate = (req.truncate or "END").upper()
-    dims = req.output_dimension
-    result = await call.infer(pipe.plan, texts, None, dimensions=dims, truncate=truncate != "NONE",
-                              direction="left" if truncate == "START" else "right", param="texts",
-                              prompt_name=pipe.prompt_for_input_type(req.input_type))
+    items = _cohere_items(call, req)
+    if items is not None:
+        result = await call.infer(pipe.plan_items, items, param="inputs" if req.inputs is not None else "images")
+    else:
+        texts = check_inputs(call, "texts", req.texts or [])
+        truncate = (req.truncate or "END").upper()
+        result = await call.infer(pipe.plan, texts, None, dimensions=req.output_dimension,
+                                  truncate=truncate != "NONE", direction="left" if truncate == "START" else "right",
+                                  param="texts", prompt_name=pipe.prompt_for_input_type(req.input_type))
     meta = CohereEmbedMeta(api_version=ApiVersion(version="2" if v2 else "1"),
                            billed_units=BilledTokens(input_tokens=result.tokens))
     if types is None and not v2:  # v1 without embedding_types: plain float lists
-        return json_response(CohereEmbedResponse(id=str(uuid.uuid4()), texts=req.texts, meta=meta,
+        return json_response(CohereEmbedResponse(id=str(uuid.uuid4()), texts=req.texts or [], meta=meta,
                                                  response_type="embeddings_floats", embeddings=vectors(result.vectors)),
                              truncation_headers(result.truncated))
-    return json_response(CohereEmbedResponse(id=str(uuid.uuid4()), texts=req.texts, meta=meta,
+    return json_response(CohereEmbedResponse(id=str(uuid.uuid4()), texts=req.texts or [], meta=meta,
                                              response_type="embeddings_by_type",
                                              embeddings=by_type(result.vectors, types or ["float"], pipe.ranges)),
                          truncation_headers(result.truncated))
