@@ -6,7 +6,7 @@ _rsinfer() {
     done
     case "$cmd" in
         "")
-            COMPREPLY=($(compgen -W "batch bench classify colbert detect download embed inspect m3 openapi predict quantize redact rerank serve sparse --version --help" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "batch bench classify classify-image colbert detect download embed embed-images inspect m3 openapi predict quantize redact rerank serve sparse --version --help" -- "$cur")); return ;;
         batch)
             case "$prev" in
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -69,6 +69,18 @@ _rsinfer() {
                 --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--labels -l --multi-label --template --question --assertion --threshold --input -i --format --field --table --output -o --column --error-column --batch-size --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
+        classify-image)
+            case "$prev" in
+                --labels) return ;;
+                --template) return ;;
+                --model|-m) return ;;
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --hf) return ;;
+                --revision) return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--labels --template --table --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         colbert)
             case "$prev" in
                 --input|-i) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -139,6 +151,18 @@ _rsinfer() {
                 --precision) COMPREPLY=($(compgen -W "float32 int8 uint8 binary ubinary" -- "$cur")); return ;;
             esac
             [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --dimensions --normalize --no-normalize --truncate --no-truncate --batch-size --prompt-name --prompt --precision --help -h" -- "$cur")) ;;
+        embed-images)
+            case "$prev" in
+                --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --batch) return ;;
+                --model|-m) return ;;
+                --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+                --hf) return ;;
+                --revision) return ;;
+                --dtype) COMPREPLY=($(compgen -W "auto fp32 f32 float32 fp16 f16 half float16 int8 q8 quantized" -- "$cur")); return ;;
+            esac
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--output -o --normalize --no-normalize --batch --model -m --config -c --path --hf --revision --dtype --help -h" -- "$cur")) ;;
         inspect)
             case "$prev" in
                 --config|-c) COMPREPLY=($(compgen -f -- "$cur")); return ;;

@@ -9,6 +9,7 @@ import base64
 import json
 import struct
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -185,3 +186,40 @@ def test_jina_items_vllm_messages_and_cohere_images(server, shared_models):
     vecs = mixed.json()["embeddings"]["float"]
     assert np.abs(np.array(vecs[0]) - text["text_embeds_normalized"]).max() <= TOL
     assert np.abs(np.array(vecs[1]) - im["image_embeds_normalized"]).max() <= TOL
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_api_and_the_cli(shared_models, name, tmp_path):
+    import subprocess
+    import sys
+
+    import rsinfer_cli
+
+    folder = shared_models / f"tiny-{name}"
+    ref = _ref(shared_models, name)
+    files = [folder / im["file"] for im in ref["images"]]
+    with rsinfer_cli.load(folder) as model:
+        got = model.embed_images(files)
+        assert np.abs(got - np.array([im["image_embeds_normalized"] for im in ref["images"]])).max() <= TOL
+        raw = model.embed_images([files[0].read_bytes()], normalize=False)
+        assert np.abs(raw[0] - ref["images"][0]["image_embeds"]).max() <= TOL
+        z = ref["zero_shot"][0]
+        im = next(x for x in ref["images"] if x["name"] == z["image"])
+        ranked = model.classify_image([folder / im["file"]], z["labels"], template=z["template"])[0]
+        assert [lb.label for lb in ranked] == [x["label"] for x in z["pipeline_output"]]
+        assert all(abs(lb.score - x["score"]) <= TOL for lb, x in zip(ranked, z["pipeline_output"], strict=True))
+    out = subprocess.run([sys.executable, "-m", "rsinfer_cli", "embed-images", "--path", str(folder),
+                          str(folder / "images")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    by_file = {Path(x["image"]).name: x["embedding"] for x in map(json.loads, out.stdout.splitlines())}
+    for each in ref["images"]:
+        assert np.abs(np.array(by_file[Path(each["file"]).name]) - each["image_embeds_normalized"]).max() <= TOL
+    zs = subprocess.run([sys.executable, "-m", "rsinfer_cli", "classify-image", "--path", str(folder), "--labels",
+                         ",".join(z["labels"]), "--template", z["template"], str(folder / im["file"])],
+                        capture_output=True, text=True, timeout=120)
+    assert zs.returncode == 0, zs.stderr
+    line = json.loads(zs.stdout)
+    assert line["labels"] == [x["label"] for x in z["pipeline_output"]]
+    bad = subprocess.run([sys.executable, "-m", "rsinfer_cli", "classify-image", "--path", str(folder), "--labels",
+                          "a", str(tmp_path / "none.png")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no such file or folder" in bad.stderr

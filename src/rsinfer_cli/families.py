@@ -381,6 +381,8 @@ register(Family(kind="m3", summary="BGE-M3: dense, sparse and ColBERT vectors fr
 register(Family(kind="image_text", summary="CLIP and SigLIP: image and text vectors in one space, zero-shot image "
                 "classification", pipeline="rsinfer_cli.pipelines.image_text:ImageTextPipeline",
                 routes="rsinfer_cli.server.routes.image_text:routes",
+                commands=(("embed-images", "rsinfer_cli.cli.image_text:embed_images_cmd"),
+                          ("classify-image", "rsinfer_cli.cli.image_text:classify_image_cmd")),
                 bench="rsinfer_cli.server.routes.image_text:BENCH", ops="rsinfer_cli.server.routes.image_text:OPS",
                 options="rsinfer_cli.pipelines.image_text:ImageTextOptions",
                 recognise="rsinfer_cli.pipelines.image_text:recognise", priority=11,

@@ -4,6 +4,7 @@ chunks of `chunk_rows` texts so that memory stays bounded whatever the list's le
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,6 +233,35 @@ class Model:
                  for i in range(0, len(qs), size)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
 
+    def embed_images(self, images: Sequence[bytes | str | os.PathLike[str]], *,
+                     normalize: bool | None = None) -> np.ndarray:
+        """An image_text model's (CLIP, SigLIP) image vectors, float32 [n, dim], in input order: each image as its
+        bytes or a file path, preprocessed as the model's transformers processor does. Unit length unless
+        `normalize=False` (then `get_image_features` as it is)."""
+        import numpy as np
+
+        from ..pipelines.image_text import ImageTextPipeline
+
+        pipe = self._as(ImageTextPipeline, "embed_images")
+        data = [_image_data(x, i) for i, x in enumerate(images)]
+        parts = [self._run(pipe.plan_images, data[i:i + pipe.max_images], normalize=normalize, param="images").vectors
+                 for i in range(0, len(data), pipe.max_images)]
+        return np.concatenate(parts) if parts else np.zeros((0, pipe.dim or 0), dtype=np.float32)
+
+    def classify_image(self, images: Sequence[bytes | str | os.PathLike[str]], labels: Sequence[str], *,
+                       template: str | None = None) -> list[list[Label]]:
+        """Zero-shot image classification as transformers' pipeline scores it (CLIP: softmax over the labels,
+        SigLIP: a sigmoid each): per image its labels, best first."""
+        from ..pipelines.image_text import ImageTextPipeline
+
+        pipe = self._as(ImageTextPipeline, "classify_image")
+        data = [_image_data(x, i) for i, x in enumerate(images)]
+        out: list[list[Label]] = []
+        for i in range(0, len(data), pipe.max_images):
+            res = self._run(pipe.plan_zero_shot, data[i:i + pipe.max_images], list(labels), template=template)
+            out += [[Label(label, score) for label, score in ranked] for ranked in res.labels]
+        return out
+
     def m3(self, texts: Sequence[str], *, dense: bool = True, sparse: bool = False, colbert: bool = False,
            truncate: bool | None = None) -> dict[str, Any]:
         """An M3 model's outputs from one forward per text, as FlagEmbedding's `BGEM3FlagModel.encode` returns them:
@@ -455,3 +485,15 @@ def _types(types: Sequence[str] | str | None) -> tuple[str, ...] | None:
     if isinstance(types, str):
         types = types.split(",")
     return tuple(t.strip() for t in types if t.strip()) or None
+
+
+def _image_data(item: bytes | str | os.PathLike[str], i: int) -> bytes:
+    """An image as bytes: given as bytes, or read from a path (InputError naming the item)."""
+    if isinstance(item, (bytes, bytearray)):
+        return bytes(item)
+    from pathlib import Path
+
+    try:
+        return Path(item).read_bytes()
+    except OSError as exc:
+        raise InputError(f"images[{i}]: cannot read {item}: {exc.strerror}", param=f"images[{i}]") from None
