@@ -37,7 +37,7 @@ MODELS = {"minilm": ("embedding", "all-minilm-l6-v2", {"default": True}),
           "nli": ("zeroshot", "tiny-nli", {}), "pii": ("pii", "rampart-pii", {}),
           "sentiment": ("classifier", "tiny-textcls", {}),
           "splade": ("sparse", "tiny-splade", {}), "colbert": ("late_interaction", "tiny-colbert", {}),
-          "m3": ("m3", "tiny-bge-m3", {}),
+          "m3": ("m3", "tiny-bge-m3", {}), "clip": ("image_text", "tiny-clip", {}),
           "adder": ("tensor", "tensor-models/add_one", {"max_batch_size": 8})}
 INPUTS = {
     "reviews.jsonl": '{"body": "I love it"}\n{"body": "It broke after a day"}\n',
