@@ -113,7 +113,7 @@ def test_bad_images_are_400s_and_the_server_keeps_serving(server, shared_models)
     cases = [(base64.b64encode(png[: len(png) // 2]).decode(), "cannot decode the image"),
              (base64.b64encode(_bomb()).decode(), "refused before decoding"),
              (base64.b64encode(svg).decode(), "not an image in a format read here"),
-             ("https://example.com/cat.png", "image URLs are not fetched"),
+             ("https://example.com/cat.png", "image URLs are off for this model"),
              ("not base64 at all!", "not valid base64")]
     for item, said in cases:
         r = c.post("/v1/embeddings", json={"model": "clip", "input": ["x" and base64.b64encode(png).decode(), item],
@@ -223,3 +223,63 @@ def test_the_api_and_the_cli(shared_models, name, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "rsinfer_cli", "classify-image", "--path", str(folder), "--labels",
                           "a", str(tmp_path / "none.png")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no such file or folder" in bad.stderr
+
+
+def test_image_urls_only_from_allowed_hosts_within_limits(shared_models):
+    """image_url_hosts lets a model fetch http(s) images from those hosts only: no redirect, at most
+    max_image_bytes, within image_url_timeout_s; each refusal a 400 in bounded time."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import httpx
+
+    from rsinfer_cli.config import parse_config
+
+    from serverutil import ServerThread
+
+    png = (shared_models / "tiny-clip" / "images" / "gradient_640x480.png").read_bytes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path == "/slow.png":
+                time.sleep(3)
+            if self.path == "/moved.png":
+                self.send_response(302)
+                self.send_header("Location", "http://example.com/x.png")
+                self.end_headers()
+                return
+            body = png * 40 if self.path == "/big.png" else png
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    host = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{host.server_address[1]}"
+    ref = _ref(shared_models, "clip")
+    want = next(im for im in ref["images"] if im["file"].endswith("gradient_640x480.png"))
+    cfg = parse_config({"models": [{"name": "clip", "kind": "image_text", "path": str(shared_models / "tiny-clip"),
+                                    "image_url_hosts": ["127.0.0.1"], "image_url_timeout_s": 1,
+                                    "max_image_bytes": 200_000}]})
+    try:
+        with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+            ok = c.post("/v1/embeddings", json={"model": "clip", "modality": "image", "input": [f"{base}/a.png"]})
+            assert ok.status_code == 200, ok.text
+            assert np.abs(np.array(ok.json()["data"][0]["embedding"]) - want["image_embeds_normalized"]).max() <= TOL
+            for url, said in ((f"http://localhost:{host.server_address[1]}/a.png", "is not in the model's "
+                               "image_url_hosts"),
+                              (f"{base}/moved.png", "a redirect is not followed"),
+                              (f"{base}/big.png", "more than 200000 bytes"),
+                              (f"{base}/slow.png", "fetching the image URL failed"),
+                              ("ftp://127.0.0.1/a.png", "not valid base64")):
+                t0 = time.monotonic()
+                r = c.post("/v1/embeddings", json={"model": "clip", "modality": "image", "input": [url]})
+                assert r.status_code == 400 and said in r.json()["error"]["message"], (url, r.text)
+                assert time.monotonic() - t0 < 30
+    finally:
+        host.shutdown()

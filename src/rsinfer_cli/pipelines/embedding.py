@@ -128,7 +128,7 @@ class Embedder(RowPipeline):
             return self.plan_images([v for _, v in items], normalize=normalize, param=param)
         return self.plan([v for _, v in items], normalize=normalize, param=param)
 
-    def plan_images(self, images: Sequence[bytes], *, normalize: bool | None = None, route: str = "processor",
+    def plan_images(self, images: Sequence[bytes | str], *, normalize: bool | None = None, route: str = "processor",
                     param: str = "input") -> Work[EmbedResult]:
         """Encoded images → vectors in the model's space (a text-only model refuses: InputError)."""
         raise InputError(f"model '{self.model.name}' embeds text only; images need an image_text model (CLIP, "

@@ -52,6 +52,10 @@ class ImageTextOptions:
     max_images: int = opt(64, gt=0)
     # labels per zero-shot request
     max_candidate_labels: int = opt(64, gt=0)
+    # hosts whose http(s) image URLs a request may name (exact names); empty: URLs are refused, nothing is fetched
+    image_url_hosts: tuple[str, ...] = ()
+    # a URL's fetch: at most this long (and max_image_bytes)
+    image_url_timeout_s: float = opt(10.0, gt=0)
 
 
 def recognise(folder: Folder) -> str | None:
@@ -100,6 +104,7 @@ class ImageTextPipeline(Embedder):
         self._check_outputs(name)
         self.dim = self._width(self.image_output, model.graph)
         self.limits = ip.Limits(opts.max_image_bytes, opts.max_image_pixels)
+        self.urls = ip.UrlPolicy(tuple(opts.image_url_hosts), opts.image_url_timeout_s)
         self.max_images, self.max_labels = opts.max_images, opts.max_candidate_labels
         self.template = opts.zero_shot_template
         self._given = {"logit_scale": opts.logit_scale, "logit_bias": opts.logit_bias}
@@ -165,14 +170,16 @@ class ImageTextPipeline(Embedder):
         timing.tokens += sum(len(r) for r in rows)
         return rows
 
-    def image_rows(self, images: Sequence[bytes], route: str = "processor",
+    def image_rows(self, images: Sequence[bytes | str], route: str = "processor",
                    param: str = "input") -> list[tuple[str, bytes, Array]]:
-        """Encoded images → rows (InputError naming the item that cannot be read)."""
+        """Encoded images (or URLs of allowed hosts, fetched here on the preparation pool) → rows (InputError naming
+        the item that cannot be read)."""
         if len(images) > self.max_images:
             raise InputError(f"`{param}` has {len(images)} images; at most {self.max_images}", param=param)
         rows = []
-        for i, data in enumerate(images):
+        for i, item in enumerate(images):
             try:
+                data = ip.fetch_image(item, self.urls, self.limits) if isinstance(item, str) else item
                 px = ip.preprocess(data, self.image_cfg, self.limits, route)
             except ip.ImageInputError as exc:
                 raise InputError(f"{param}[{i}]: {exc}", param=f"{param}[{i}]") from None
@@ -194,7 +201,7 @@ class ImageTextPipeline(Embedder):
         rows = self._text_rows([prefix + t for t in (texts or ())], timing)
         return Work(rows, [len(r) for r in rows], lambda outs: self._vectors(outs, normalize, timing), timing)
 
-    def plan_images(self, images: Sequence[bytes], *, normalize: bool | None = None, route: str = "processor",
+    def plan_images(self, images: Sequence[bytes | str], *, normalize: bool | None = None, route: str = "processor",
                     param: str = "input") -> Work[EmbedResult]:
         """Encoded images → their vectors in the shared space."""
         timing = Timing()
@@ -245,7 +252,7 @@ class ImageTextPipeline(Embedder):
         folder = folder.parent if folder.name == "onnx" else folder
         return clip.logit_params(folder, self.spec.kind, self._given)
 
-    def plan_zero_shot(self, images: Sequence[bytes], labels: Sequence[str], *, template: str | None = None,
+    def plan_zero_shot(self, images: Sequence[bytes | str], labels: Sequence[str], *, template: str | None = None,
                        param: str = "images") -> Work[ZeroShotResult]:
         """Each image against the labels as transformers' zero-shot-image-classification pipeline scores them (its
         decoding route: EXIF applied, alpha dropped)."""

@@ -221,17 +221,28 @@ def preprocess(data: bytes, cfg: ImageConfig, limits: Limits | None = None, rout
     return pixels(to_rgb(open_image(data, limits or Limits()), route), cfg)
 
 
+def is_url(item: str) -> bool:
+    return item.strip()[:8].lower().startswith(("http://", "https:/"))
+
+
+def image_item(item: Any, limits: Limits) -> bytes | str:
+    """An image as a request gives it: base64 or a data URI (`data:image/png;base64,...`) → its bytes; an http(s)
+    URL → the URL, which only a model whose entry allows its host fetches (fetch_image)."""
+    if isinstance(item, str) and is_url(item):
+        return item.strip()
+    return image_bytes(item, limits)
+
+
 def image_bytes(item: Any, limits: Limits) -> bytes:
-    """An image as a request gives it: base64, or a data URI (`data:image/png;base64,...`). A URL is refused: a
-    server that fetches what a request names can be made to reach hosts it should not (ImageInputError)."""
+    """An image as base64 or a data URI → its bytes (ImageInputError saying what is wrong)."""
     import base64
     import binascii
 
     if not isinstance(item, str):
         raise ImageInputError(f"an image is a base64 string or a data URI, got {type(item).__name__}")
     text = item.strip()
-    if text[:8].lower().startswith(("http://", "https:/")):
-        raise ImageInputError("image URLs are not fetched: send the image as base64 or a data URI")
+    if is_url(text):
+        raise ImageInputError("image URLs are not fetched here: send the image as base64 or a data URI")
     if text[:5].lower() == "data:":
         head, sep, text = text.partition(",")
         if not sep or ";base64" not in head.lower():
@@ -242,3 +253,47 @@ def image_bytes(item: Any, limits: Limits) -> bytes:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise ImageInputError("not valid base64") from None
+
+
+@dataclass(frozen=True)
+class UrlPolicy:
+    """Which image URLs a model fetches: none unless its entry names hosts (a server that fetches what a request
+    names can be made to reach hosts it should not)."""
+
+    hosts: tuple[str, ...] = ()
+    timeout_s: float = 10.0
+
+
+def fetch_image(url: str, policy: UrlPolicy, limits: Limits) -> bytes:
+    """The bytes at `url`: http(s), a host of the policy's, no redirect, at most limits.max_bytes, within the timeout
+    (ImageInputError saying which rule it broke)."""
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    if not policy.hosts:
+        raise ImageInputError("image URLs are off for this model (its image_url_hosts names none): send the image "
+                              "as base64 or a data URI")
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("http", "https") or host not in {h.lower() for h in policy.hosts}:
+        raise ImageInputError(f"host {host or '?'!r} is not in the model's image_url_hosts")
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            raise ImageInputError("the image URL redirects; a redirect is not followed")
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect())
+    try:
+        with opener.open(url, timeout=policy.timeout_s) as resp:
+            data: bytes = resp.read(limits.max_bytes + 1)
+    except ImageInputError:
+        raise
+    except urllib.error.HTTPError as exc:
+        raise ImageInputError(f"fetching the image URL: HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ImageInputError(f"fetching the image URL failed: {reason}") from None
+    if len(data) > limits.max_bytes:
+        raise ImageInputError(f"the image URL holds more than {limits.max_bytes} bytes")
+    return data

@@ -212,11 +212,12 @@ def _inputs(call: Call[Any], key: str, value: Any) -> tuple[list[Any] | None, li
     return check_inputs(call, key, texts), ids, single
 
 
-def _image(item: str, where: str) -> bytes:
+def _image(item: str, where: str) -> bytes | str:
+    """An image item as its bytes, or an http(s) URL the model fetches if its entry allows the host."""
     from ...pipelines import imageprep as ip
 
     try:
-        return ip.image_bytes(item, ip.Limits())
+        return ip.image_item(item, ip.Limits())
     except ip.ImageInputError as exc:
         raise InputError(f"{where}: {exc}", param=where) from None
 
@@ -279,7 +280,7 @@ def _part(part: ContentPart, where: str) -> tuple[str, Any]:
                      param=where)
 
 
-def _images(call: Call[Any], value: Any) -> list[bytes]:
+def _images(call: Call[Any], value: Any) -> list[bytes | str]:
     """`input` as images (modality: image): base64 strings or data URIs, decoded (InputError naming the item)."""
     from ...pipelines import imageprep as ip
 
@@ -291,7 +292,7 @@ def _images(call: Call[Any], value: Any) -> list[bytes]:
     out = []
     for i, item in enumerate(items):
         try:
-            out.append(ip.image_bytes(item, ip.Limits()))
+            out.append(ip.image_item(item, ip.Limits()))
         except ip.ImageInputError as exc:
             raise InputError(f"input[{i}]: {exc}", param=f"input[{i}]") from None
     return out

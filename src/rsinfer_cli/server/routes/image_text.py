@@ -43,7 +43,7 @@ BENCH = {"/classify/zero-shot-image": lambda texts: {"image": _DOT, "candidate_l
 _DOT = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC")  # 1x1 PNG
 
 
-def images_of(call: Call[Any], value: str | list[str], key: str) -> list[bytes]:
+def images_of(call: Call[Any], value: str | list[str], key: str) -> list[bytes | str]:
     """A request's images as bytes (InputError naming the item)."""
     items = [value] if isinstance(value, str) else value
     check_count(call, key, len(items))
@@ -51,7 +51,7 @@ def images_of(call: Call[Any], value: str | list[str], key: str) -> list[bytes]:
     out = []
     for i, item in enumerate(items):
         try:
-            out.append(ip.image_bytes(item, pipe.limits))
+            out.append(ip.image_item(item, pipe.limits))
         except ip.ImageInputError as exc:
             where = key if isinstance(value, str) else f"{key}[{i}]"
             raise InputError(f"{where}: {exc}", param=where) from None
