@@ -148,9 +148,10 @@ _rsinfer() {
                 --batch-size) return ;;
                 --prompt-name) return ;;
                 --prompt) return ;;
+                --images) COMPREPLY=($(compgen -f -- "$cur")); return ;;
                 --precision) COMPREPLY=($(compgen -W "float32 int8 uint8 binary ubinary" -- "$cur")); return ;;
             esac
-            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --dimensions --normalize --no-normalize --truncate --no-truncate --batch-size --prompt-name --prompt --precision --help -h" -- "$cur")) ;;
+            [[ "$cur" == -* ]] && COMPREPLY=($(compgen -W "--input -i --format --field --output -o --column --error-column --model -m --config -c --path --hf --revision --dtype --dimensions --normalize --no-normalize --truncate --no-truncate --batch-size --prompt-name --prompt --images --precision --help -h" -- "$cur")) ;;
         embed-images)
             case "$prev" in
                 --output|-o) COMPREPLY=($(compgen -f -- "$cur")); return ;;

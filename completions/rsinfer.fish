@@ -145,6 +145,7 @@ complete -c rsinfer -n '__fish_seen_subcommand_from embed' -l truncate -l no-tru
 complete -c rsinfer -n '__fish_seen_subcommand_from embed' -l batch-size -x -d 'Rows per forward (default: the model\'s batching.max_rows).'
 complete -c rsinfer -n '__fish_seen_subcommand_from embed' -l prompt-name -x -d 'A prompt of the model put before each text, e.g.'
 complete -c rsinfer -n '__fish_seen_subcommand_from embed' -l prompt -x -d 'Text put before each text instead of a named prompt (\'\' for none).'
+complete -c rsinfer -n '__fish_seen_subcommand_from embed' -l images -r -F -d 'Image files or folders (a CLIP or SigLIP model): their vectors instead of texts\', as `rsinfer embed-images`.'
 complete -c rsinfer -n '__fish_seen_subcommand_from embed' -l precision -x -a 'float32 int8 uint8 binary ubinary' -d 'float32, or int8, uint8, binary, ubinary vectors as sentence-transformers\' quantize_embeddings makes them (the model\'s ranges: [-1, 1] or its quantization_calibration); a .npy --output holds that dtype.'
 complete -c rsinfer -n '__fish_seen_subcommand_from embed-images' -l output -s o -r -F -d 'Write a float32 .npy [n, dim] instead of JSONL.'
 complete -c rsinfer -n '__fish_seen_subcommand_from embed-images' -l normalize -l no-normalize -d 'Unit-length vectors (else transformers\' get_image_features as it is).'

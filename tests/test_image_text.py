@@ -214,6 +214,11 @@ def test_the_api_and_the_cli(shared_models, name, tmp_path):
     by_file = {Path(x["image"]).name: x["embedding"] for x in map(json.loads, out.stdout.splitlines())}
     for each in ref["images"]:
         assert np.abs(np.array(by_file[Path(each["file"]).name]) - each["image_embeds_normalized"]).max() <= TOL
+    same = subprocess.run([sys.executable, "-m", "rsinfer_cli", "embed", "--path", str(folder), "--images",
+                           str(files[0])], capture_output=True, text=True, timeout=120)
+    assert same.returncode == 0, same.stderr
+    assert np.abs(np.array(json.loads(same.stdout)["embedding"]) - ref["images"][0]["image_embeds_normalized"]).max() \
+        <= TOL
     zs = subprocess.run([sys.executable, "-m", "rsinfer_cli", "classify-image", "--path", str(folder), "--labels",
                          ",".join(z["labels"]), "--template", z["template"], str(folder / im["file"])],
                         capture_output=True, text=True, timeout=120)
@@ -283,3 +288,35 @@ def test_image_urls_only_from_allowed_hosts_within_limits(shared_models):
                 assert time.monotonic() - t0 < 30
     finally:
         host.shutdown()
+
+
+def test_a_repo_downloads_and_caches_image_rows(shared_models, fake_hub, tmp_path):
+    """A Hub repo in Xenova's layout loads (vision tower main, text tower beside it), `rsinfer download` keeps
+    both towers and preprocessor_config.json, and the row cache answers an image it saw by its bytes' digest."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    from rsinfer_cli.config import parse_config
+
+    from serverutil import ServerThread
+
+    src = shared_models / "tiny-siglip"
+    files = {str(f.relative_to(src)): f.read_bytes() for f in src.rglob("*")
+             if f.is_file() and not f.name.startswith("reference") and "images" not in f.parts}
+    fake_hub.add("Xenova/tiny-siglip", files)
+    dest = tmp_path / "dl"
+    proc = subprocess.run([sys.executable, "-m", "rsinfer_cli", "download", "Xenova/tiny-siglip", str(dest)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in dest.rglob("*.onnx")} == {"vision_model.onnx", "text_model.onnx"}
+    assert (dest / "preprocessor_config.json").is_file() or any(dest.rglob("preprocessor_config.json"))
+    cfg = parse_config({"server": {"cache": {"backend": "memory"}},
+                        "models": [{"name": "sig", "kind": "image_text", "hf": "Xenova/tiny-siglip"}]})
+    image = _b64(shared_models, "siglip", "images/gradient_640x480.png")
+    with ServerThread(cfg) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        first = c.post("/v1/embeddings", json={"modality": "image", "input": [image]})
+        second = c.post("/v1/embeddings", json={"modality": "image", "input": [image]})
+    assert (first.headers["x-rsinfer-cache"], second.headers["x-rsinfer-cache"]) == ("miss", "hit")
+    assert first.json()["data"] == second.json()["data"]

@@ -67,6 +67,8 @@ def embed_cmd(
                                          "model's default prompt)."),
     prompt: str = typer.Option(None, "--prompt", help="Text put before each text instead of a named prompt "
                                                       "('' for none)."),
+    images: list[Path] = typer.Option(None, "--images", help="Image files or folders (a CLIP or SigLIP model): "
+                                      "their vectors instead of texts', as `rsinfer embed-images`."),
     precision: Precision = typer.Option("float32", "--precision",
                                         help="float32, or int8, uint8, binary, ubinary vectors as "
                                              "sentence-transformers' quantize_embeddings makes them (the model's "
@@ -79,6 +81,13 @@ def embed_cmd(
     from .io import check_writable, read_records
     from .tables import table_command, wants_table
 
+    if images:
+        if texts or input_ is not None:
+            raise ConfigError("--images embeds images: give no texts or --input with it")
+        from .image_text import embed_images
+
+        embed_images(images, output, normalize is not False, 64, source)
+        return
     options = {"dimensions": dimensions, "normalize": normalize, "truncate": truncate, "prompt_name": prompt_name,
                "prompt": prompt}
     if precision != "float32":

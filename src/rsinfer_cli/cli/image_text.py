@@ -48,6 +48,11 @@ def embed_images_cmd(
     batch: int = typer.Option(64, "--batch", help="Images read and embedded together (memory stays bounded)."),
     source: ModelFlags = MODEL_FLAGS,
 ) -> None:
+    embed_images(images, output, normalize, batch, source)
+
+
+def embed_images(images: list[Path], output: Path | None, normalize: bool, batch: int, source: ModelFlags) -> None:
+    """The images' vectors as JSONL lines in name order, or into a .npy (`rsinfer embed-images`, `embed --images`)."""
     from ..errors import ConfigError
     from ..pipelines.image_text import ImageTextPipeline
     from .common import open_model
