@@ -235,7 +235,7 @@ def test_docs_cli_table_lists_every_command():
     section = text.split("# The CLI", 1)[1].split("\n\n**(model options)**", 1)[0]
     rows = section.strip().splitlines()
     assert all(line.startswith("|") for line in rows), "a blank or stray line breaks the table"
-    listed = {m.group(1) for line in rows if (m := re.match(r"\| `rsinfer (\w+)", line))}
+    listed = {m.group(1) for line in rows if (m := re.match(r"\| `rsinfer ([\w-]+)", line))}
     commands = {c.name for c in app.registered_commands}
     assert listed == commands, (sorted(commands - listed), sorted(listed - commands))
 

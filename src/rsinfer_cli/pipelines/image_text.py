@@ -45,10 +45,11 @@ class ImageTextOptions:
     logit_bias: float | None = None
     # zero-shot: the label's prompt ({} is the label); a request's `hypothesis_template` overrides
     zero_shot_template: str = DEFAULT_TEMPLATE
-    # decoded images: encoded bytes and the pixel count their header may declare (a larger one is refused before
-    # decoding), and images per request
+    # encoded bytes of one image; more → 400
     max_image_bytes: int = opt(20 << 20, gt=0)
+    # pixels an image's header may declare; more → 400 before any pixel is decoded (a decompression bomb)
     max_image_pixels: int = opt(50_000_000, gt=0)
+    # images per request; more → 400
     max_images: int = opt(64, gt=0)
     # labels per zero-shot request
     max_candidate_labels: int = opt(64, gt=0)
