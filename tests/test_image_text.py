@@ -288,6 +288,7 @@ def test_image_urls_only_from_allowed_hosts_within_limits(shared_models):
                 assert time.monotonic() - t0 < 30
     finally:
         host.shutdown()
+        host.server_close()
 
 
 def test_a_repo_downloads_and_caches_image_rows(shared_models, fake_hub, tmp_path):

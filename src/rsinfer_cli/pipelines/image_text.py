@@ -93,6 +93,11 @@ class ImageTextPipeline(Embedder):
             raise ModelLoadError(f"model '{name}': an image_text model needs {TEXT_TOWER}", model=name)
         if model.resolved.tokenizer_path is None:
             raise ModelLoadError(f"model '{name}': an image_text model needs tokenizer.json", model=name)
+        try:
+            import PIL  # noqa: F401 - decoding and resizing are Pillow's
+        except ModuleNotFoundError:
+            raise ModelLoadError(f"model '{name}': an image_text model needs Pillow: pip install 'rsinfer[images]'",
+                                 model=name) from None
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(str(model.resolved.tokenizer_path))

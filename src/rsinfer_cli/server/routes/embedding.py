@@ -233,8 +233,8 @@ def _mixed(call: Call[Any], req: EmbeddingsRequest) -> list[tuple[str, Any]] | N
             raise InputError(f"`messages` holds {len(parts)} content parts; one text or one image_url makes one "
                              "vector", param="messages")
         return [_part(parts[0], "messages[0].content")]
-    if req.input is None:
-        raise InputError("`input` is required", param="input")
+    if req.input is None:          # the required field missing: 422, as a body that does not validate
+        raise RequestValidationError("`input` is required (or vLLM's `messages`)", param="input")
     if not isinstance(req.input, list) or not any(isinstance(x, InputItem) for x in req.input):
         return None
     out = []
