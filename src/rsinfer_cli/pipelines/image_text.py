@@ -12,6 +12,7 @@ false` gives transformers' `get_text_features` / `get_image_features` as they ar
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Sequence
@@ -249,14 +250,25 @@ class ImageTextPipeline(Embedder):
 
     # ------------------------------------------------------------ zero-shot image classification
 
-    def logit_params(self) -> tuple[float, float]:
-        """(logit_scale, logit_bias) from the entry or the weights (ModelLoadError, as a 400's reason, when
-        neither has them)."""
+    @functools.cached_property
+    def _logits(self) -> tuple[float, float] | str:
+        """(logit_scale, logit_bias) from the entry or the weights, read once; the reason where neither has them."""
         from pathlib import Path
 
         folder = Path(self.model.resolved.graph_path).parent
         folder = folder.parent if folder.name == "onnx" else folder
-        return clip.logit_params(folder, self.spec.kind, self._given)
+        try:
+            return clip.logit_params(folder, self.spec.kind, self._given)
+        except ModelLoadError as exc:
+            return exc.message
+
+    def logit_params(self) -> tuple[float, float]:
+        """(logit_scale, logit_bias) (ModelLoadError, as a 400's reason, when neither the entry nor the weights
+        have them)."""
+        got = self._logits
+        if isinstance(got, str):
+            raise ModelLoadError(got, model=self.model.name)
+        return got
 
     def plan_zero_shot(self, images: Sequence[bytes | str], labels: Sequence[str], *, template: str | None = None,
                        param: str = "images") -> Work[ZeroShotResult]:

@@ -355,49 +355,49 @@ class M3Pipeline(TextPipeline, Embedder, SparseEncoder, TokenVectorizer, Reranke
                     direction: str = "right", max_tokens_per_doc: int | None = None) -> Work[ScoreResult]:
         if max_tokens_per_doc is not None:
             docs = self.encoder.cut(docs, max_tokens_per_doc)
-        return self._pair_scores([query], [0] * len(docs), docs, truncate, direction, "documents",
-                                 lambda s: s[self.score_mode])
+        return self._ranked(self._pair_scores([query] * len(docs), docs, self.weights, truncate, direction,
+                                              "documents"))
 
     def plan_pairs(self, queries: Sequence[str], docs: Sequence[str], *, raw: bool = False,
                    truncate: bool | None = None, direction: str = "right",
                    param: str = "documents") -> Work[ScoreResult]:
-        unique = list(dict.fromkeys(queries))
-        where = {q: i for i, q in enumerate(unique)}
-        return self._pair_scores(unique, [where[q] for q in queries], docs, truncate, direction, param,
-                                 lambda s: s[self.score_mode])
+        return self._ranked(self._pair_scores(queries, docs, self.weights, truncate, direction, param))
 
     def plan_scores(self, queries: Sequence[str], docs: Sequence[str], *, weights: Sequence[float] | None = None,
                     truncate: bool | None = None, param: str = "pairs") -> Work[M3Scores]:
         """Every score of compute_score for queries[i] against docs[i] (`weights`: the request's, else the model's
         m3_weights)."""
         w = check_weights(weights) if weights is not None else self.weights
-        unique = list(dict.fromkeys(queries))
-        where = {q: i for i, q in enumerate(unique)}
-        pick = [where[q] for q in queries]
-        timing = Timing()
-        enc = self._encode([*unique, *docs], truncate, "right", param, None, timing)
-        n = len(unique)
+        work = self._pair_scores(queries, docs, w, truncate, "right", param)
+        inner = work.finish
 
         def finish(rows: list[Any]) -> M3Scores:
-            outs = [self._scored(ids, r) for ids, r in zip(enc.ids, rows, strict=True)]
-            got = [scores(outs[q], d, w) for q, d in zip(pick, outs[n:], strict=True)]
-            return M3Scores({mode: [g[mode] for g in got] for mode in SCORES}, timing)
+            got = inner(rows)
+            return M3Scores({m: [g[m] for g in got] for m in SCORES}, work.timing)
 
-        return self.work(enc, finish, timing)
+        return Work(work.rows, work.costs, finish, work.timing)
+
+    def _ranked(self, work: Work[list[dict[str, float]]]) -> Work[ScoreResult]:
+        """The rerank routes' score: the model's m3_score of each pair."""
+        inner = work.finish
+        return Work(work.rows, work.costs, lambda rows: ScoreResult(
+            np.array([g[self.score_mode] for g in inner(rows)], dtype=np.float64), work.timing), work.timing)
 
     def _scored(self, ids: Sequence[int], row: dict[str, Any]) -> dict[str, Any]:
         return {"dense": row["dense"], "lexical": self._lexical(ids, row), "colbert": row["colbert"]}
 
-    def _pair_scores(self, queries: Sequence[str], pick: Sequence[int], docs: Sequence[str], truncate: bool | None,
-                     direction: str, param: str, mode: Any) -> Work[ScoreResult]:
+    def _pair_scores(self, queries: Sequence[str], docs: Sequence[str], weights: Sequence[float],
+                     truncate: bool | None, direction: str, param: str) -> Work[list[dict[str, float]]]:
+        """compute_score's dict for each (queries[i], docs[i]), each distinct query encoded once."""
+        unique = list(dict.fromkeys(queries))
+        where = {q: i for i, q in enumerate(unique)}
         timing = Timing()
-        enc = self._encode([*queries, *docs], truncate, direction, param, None, timing)
-        n = len(queries)
+        enc = self._encode([*unique, *docs], truncate, direction, param, None, timing)
+        n = len(unique)
 
-        def finish(rows: list[Any]) -> ScoreResult:
+        def finish(rows: list[Any]) -> list[dict[str, float]]:
             outs = [self._scored(ids, r) for ids, r in zip(enc.ids, rows, strict=True)]
-            return ScoreResult(np.array([mode(scores(outs[q], d, self.weights))
-                                         for q, d in zip(pick, outs[n:], strict=True)], dtype=np.float64), timing)
+            return [scores(outs[where[q]], d, weights) for q, d in zip(queries, outs[n:], strict=True)]
 
         return self.work(enc, finish, timing)
 

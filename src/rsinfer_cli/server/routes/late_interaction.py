@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, cast
 from aiohttp import web
 from msgspec import Meta
 
-from ...pipelines.late_interaction import LateInteractionPipeline, TokenVectorizer, TokenVectors
+from ...pipelines.late_interaction import TokenVectorizer, TokenVectors
 from ..errors import RequestValidationError
 from ..schemas import (
     Model,
@@ -28,7 +28,6 @@ from ..schemas import (
 from .common import (
     Call,
     begin,
-    check_chars,
     check_prompt,
     hf_parameters,
     json_response,
@@ -37,7 +36,7 @@ from .common import (
     truncation_headers,
     usage,
 )
-from .rerank import check_documents
+from .rerank import sentence_similarity
 
 # ---------------------------------------------------------------- request and response bodies
 
@@ -130,13 +129,8 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
     query with each sentence as a document, in the sentences' order (the rerank score)."""
     opts = hf_parameters(call, params, HfParameters)
     direction = truncation_direction(opts.truncation_direction)
-    pipe = call.pipeline(LateInteractionPipeline)
     if isinstance(inputs, SentencePair):
-        check_documents(len(inputs.sentences), "inputs.sentences", pipe.max_documents)
-        check_chars(call, "inputs", [inputs.source_sentence, *inputs.sentences])
-        scores = await call.infer(pipe.plan_rerank, inputs.source_sentence, inputs.sentences,
-                                  truncate=opts.truncate, direction=direction)
-        return json_response([float(s) for s in scores.scores], truncation_headers(scores.truncated))
+        return await sentence_similarity(call, inputs, opts.truncate, direction)
     if not (isinstance(inputs, str) or (isinstance(inputs, list) and all(isinstance(t, str) for t in inputs))):
         raise RequestValidationError("a late-interaction model answers feature-extraction (`inputs`: a text or "
                                      "texts) and sentence-similarity", param="inputs")

@@ -27,6 +27,7 @@ from .common import (
     truncation_headers,
     usage,
 )
+from .rerank import sentence_similarity
 
 # ---------------------------------------------------------------- request and response bodies
 
@@ -150,12 +151,7 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
     direction = truncation_direction(opts.truncation_direction)
     pipe = call.pipeline(M3Pipeline)
     if isinstance(inputs, SentencePair):
-        if not inputs.sentences:
-            raise InputError("`inputs.sentences` is empty", param="inputs.sentences")
-        check_chars(call, "inputs", [inputs.source_sentence, *inputs.sentences])
-        scores = await call.infer(pipe.plan_rerank, inputs.source_sentence, inputs.sentences,
-                                  truncate=opts.truncate, direction=direction)
-        return json_response([float(x) for x in scores.scores], truncation_headers(scores.truncated))
+        return await sentence_similarity(call, inputs, opts.truncate, direction)
     if not (isinstance(inputs, str) or (isinstance(inputs, list) and all(isinstance(t, str) for t in inputs))):
         raise RequestValidationError("an M3 model answers feature-extraction (`inputs`: a text or texts) and "
                                      "sentence-similarity", param="inputs")

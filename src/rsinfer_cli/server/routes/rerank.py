@@ -290,8 +290,16 @@ async def hf_task(call: Call[Any], inputs: Any, params: dict[str, Any]) -> web.R
     if not isinstance(inputs, SentencePair):
         raise RequestValidationError("a rerank model answers sentence-similarity: `inputs` must be "
                                      "{\"source_sentence\", \"sentences\"}", param="inputs")
+    return await sentence_similarity(call, inputs)
+
+
+async def sentence_similarity(call: Call[Any], inputs: Any, truncate: bool | None = None,
+                              direction: str = "right") -> web.Response:
+    """The Hugging Face sentence-similarity task on any Reranker (a cross-encoder, ColBERT's MaxSim, M3's
+    m3_score): the source's score with each sentence, in the sentences' order, within max_documents."""
+    pipe = call.pipeline(Reranker)
     source, sentences = inputs.source_sentence, inputs.sentences
-    check_documents(len(sentences), "inputs.sentences", call.pipeline(Reranker).max_documents)
+    check_documents(len(sentences), "inputs.sentences", pipe.max_documents)
     check_chars(call, "inputs", [source, *sentences])
-    scores = await call.infer(call.pipeline(Reranker).plan_rerank, source, sentences)
+    scores = await call.infer(pipe.plan_rerank, source, sentences, truncate=truncate, direction=direction)
     return json_response([float(s) for s in scores.scores], truncation_headers(scores.truncated))
