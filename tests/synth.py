@@ -244,3 +244,61 @@ def write_st_modules(root: Path, modules: list[tuple[str, str, dict | None]], *,
         save_file({k: v.astype(np.float32) for k, v in tensors.items()}, str(root / folder / "model.safetensors"))
     if st_config is not None:
         (root / "config_sentence_transformers.json").write_text(json.dumps(st_config), encoding="utf-8")
+
+
+# How torch.onnx.export writes `logits_per_text = cos * logit_scale.exp() (+ logit_bias)` (seen on transformers 5.25,
+# torch 2.13): the TorchScript exporter keeps `Exp(logit_scale)` and casts it; dynamo folds it into an initializer;
+# other tools leave a Constant node.
+STYLES = ("exp_cast", "folded", "constant")
+
+
+def combined_tail(path: Path, kind: str, scale: float, bias: float, style: str) -> None:
+    """A combined graph's tail as the exporters write it: text_embeds and image_embeds in, unit-normalised, their
+    cosines scaled (and shifted, SigLIP) into logits_per_text, transposed into logits_per_image."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    f = TensorProto.FLOAT
+    inits = [numpy_helper.from_array(np.array([-1], np.int64), "axes")]
+    nodes = [helper.make_node("ReduceL2", ["text_embeds", "axes"], ["tn"], keepdims=1),
+             helper.make_node("Div", ["text_embeds", "tn"], ["t"]),
+             helper.make_node("ReduceL2", ["image_embeds", "axes"], ["inorm"], keepdims=1),
+             helper.make_node("Div", ["image_embeds", "inorm"], ["i"]),
+             helper.make_node("Transpose", ["i"], ["it"], perm=[1, 0]),
+             helper.make_node("MatMul", ["t", "it"], ["cos"])]
+    if style == "exp_cast":
+        inits.append(numpy_helper.from_array(np.array(scale, np.float32), "m.logit_scale"))
+        nodes += [helper.make_node("Exp", ["m.logit_scale"], ["e"]), helper.make_node("Cast", ["e"], ["s"], to=f)]
+    elif style == "folded":
+        inits.append(numpy_helper.from_array(np.exp(np.array([scale], np.float32)), "s"))
+    else:
+        nodes.append(helper.make_node("Constant", [], ["s"], value=numpy_helper.from_array(
+            np.exp(np.array(scale, np.float32)), "c")))
+    nodes.append(helper.make_node("Mul", ["cos", "s"], ["scaled"]))
+    if kind == "siglip":
+        inits.append(numpy_helper.from_array(np.array([bias], np.float32), "onnx::Add_865"))
+        nodes.append(helper.make_node("Add", ["scaled", "onnx::Add_865"], ["logits_per_text"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["scaled"], ["logits_per_text"]))
+    nodes.append(helper.make_node("Transpose", ["logits_per_text"], ["logits_per_image"], perm=[1, 0]))
+    graph = helper.make_graph(
+        nodes, "combined", [helper.make_tensor_value_info("text_embeds", f, ["t", "d"]),
+                            helper.make_tensor_value_info("image_embeds", f, ["i", "d"])],
+        [helper.make_tensor_value_info(n, f, None) for n in ("logits_per_image", "logits_per_text")], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), str(path))
+
+
+def xenova_folder(src: Path, dest: Path, style: str) -> tuple[Path, dict, str]:
+    """`src` in Xenova's layout: its towers and files linked, no model.safetensors, a combined onnx/model.onnx."""
+    ref = json.loads((src / "reference.json").read_text(encoding="utf-8"))
+    kind = "siglip" if "logit_bias" in ref["settings"] else "clip"
+    (dest / "onnx").mkdir(parents=True)
+    for f in src.rglob("*"):
+        rel = f.relative_to(src)
+        if f.is_file() and f.name != "model.safetensors" and not (dest / rel).exists():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).symlink_to(f)
+    combined_tail(dest / "onnx" / "model.onnx", kind, ref["settings"]["logit_scale"],
+                  ref["settings"].get("logit_bias", 0.0), style)
+    return dest, ref, kind
+

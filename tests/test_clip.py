@@ -16,6 +16,8 @@ from rsinfer_cli.errors import ModelLoadError  # noqa: E402
 from rsinfer_cli.pipelines import clip  # noqa: E402
 from rsinfer_cli.pipelines import imageprep as ip  # noqa: E402
 
+from synth import STYLES, xenova_folder  # noqa: E402
+
 pytestmark = pytest.mark.shared
 TOL = 1e-4
 
@@ -84,3 +86,46 @@ def test_logit_params_from_the_entry_or_refused(tmp_path, shared_models):
         clip.logit_params(tmp_path, "clip", {})
     with pytest.raises(ModelLoadError, match="not CLIP or SigLIP"):
         clip.TextSpec.of({"model_type": "bert"}, None)
+
+
+# ---------------------------------------------------------------- the scalars of a combined graph (Xenova's layout)
+
+@pytest.mark.parametrize("style", STYLES)
+def test_logit_params_from_a_combined_graph(model, style, tmp_path):
+    import onnxruntime as ort
+
+    folder, ref, kind = xenova_folder(model[0], tmp_path / "m", style)
+    scale, bias, source = clip.find_logit_params(folder, kind, {})
+    assert source == "onnx/model.onnx"
+    assert abs(scale - ref["settings"]["logit_scale"]) <= 1e-6
+    assert abs(bias - ref["settings"].get("logit_bias", 0.0)) <= 1e-6
+    # the graph computes what rsinfer computes with what it read off it
+    rng = np.random.default_rng(3)
+    t, i = rng.standard_normal((5, 16), dtype=np.float32), rng.standard_normal((2, 16), dtype=np.float32)
+    sess = ort.InferenceSession(str(folder / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    want = sess.run(["logits_per_image"], {"text_embeds": t, "image_embeds": i})[0]
+    got = np.stack([clip.zero_shot(row, t, kind, scale, bias)[0] for row in i])
+    assert np.abs(got - want).max() <= 1e-5
+    # the entry wins over the graph, each value on its own
+    assert clip.find_logit_params(folder, kind, {"logit_scale": 1.5})[:2] == (1.5, pytest.approx(bias, abs=1e-6))
+
+
+def test_graphs_without_the_scalars_say_why(tmp_path):
+    from onnx import TensorProto, helper
+
+    (tmp_path / "onnx").mkdir()
+    f = TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["logits_per_image"])], "g",
+                              [helper.make_tensor_value_info(n, f, [2, 2]) for n in "ab"],
+                              [helper.make_tensor_value_info("logits_per_image", f, [2, 2])])
+    import onnx
+
+    onnx.save(helper.make_model(graph), str(tmp_path / "onnx" / "model.onnx"))
+    with pytest.raises(ModelLoadError, match=r"no model.safetensors; onnx/model.onnx: its logits are not"):
+        clip.logit_params(tmp_path, "clip", {})
+    (tmp_path / "onnx" / "model.onnx").write_bytes(b"\x3a\xff\xff\xff\xff\x0f")     # graph field past the end
+    with pytest.raises(ModelLoadError, match="model.onnx: "):
+        clip.logit_params(tmp_path, "clip", {})
+    (tmp_path / "onnx" / "model.onnx").unlink()
+    with pytest.raises(ModelLoadError, match="no combined graph"):
+        clip.logit_params(tmp_path, "siglip", {"logit_scale": 1.0})

@@ -8,11 +8,13 @@ make them, the towers' outputs, and zero-shot image classification as transforme
   position and attends to the padding, so another length is another vector. Vectors: `pooler_output`. Zero-shot:
   `exp(logit_scale) * cos + logit_bias`, sigmoid per label.
 - `logit_scale` / `logit_bias` are weights of the full model, read tensor by tensor from `model.safetensors` (never
-  `config.json`'s `logit_scale_init_value`, which is the untrained value), or given in the model entry.
+  `config.json`'s `logit_scale_init_value`, which is the untrained value), or read off the combined graph a Xenova
+  repo ships (the constants its logits are scaled and shifted by), or given in the model entry.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelLoadError
+from .onnxconst import Graph, Node, OnnxFileError, read_graph
 
 KINDS = {"clip": "clip", "siglip": "siglip", "siglip2": "siglip"}
 OUTPUTS = {"clip": ("text_embeds", "image_embeds"), "siglip": ("pooler_output", "pooler_output")}
@@ -73,27 +76,113 @@ def text_rows(tokenizer: Any, spec: TextSpec, texts: Sequence[str]) -> np.ndarra
     return out
 
 
+COMBINED = ("model.onnx", "model_quantized.onnx", "model_int8.onnx", "model_uint8.onnx", "model_q4.onnx",
+            "model_bnb4.onnx", "model_q4f16.onnx", "model_fp16.onnx")   # full-precision scalars first
+_PASS = ("Transpose", "Identity", "Cast")                  # ops between the scaled logits and the outputs
+_VALUE_OPS = ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze")
+
+
 def logit_params(folder: Path, kind: str, given: Mapping[str, float | None]) -> tuple[float, float]:
-    """(logit_scale, logit_bias): the model entry's, else the weights' (model.safetensors, read tensor by tensor).
-    CLIP has no bias (0)."""
+    """(logit_scale, logit_bias): the model entry's, else the weights' (model.safetensors, read tensor by tensor),
+    else the repo's combined graph's (onnx/model.onnx in Xenova's layout). CLIP has no bias (0)."""
+    scale, bias, _ = find_logit_params(folder, kind, given)
+    return scale, bias
+
+
+def find_logit_params(folder: Path, kind: str, given: Mapping[str, float | None]) -> tuple[float, float, str]:
+    """logit_params and where they came from ("the model entry", "model.safetensors" or the graph's file); a
+    ModelLoadError naming every place looked in where none has them."""
     scale, bias = given.get("logit_scale"), given.get("logit_bias")
     need = [n for n, v in (("logit_scale", scale), ("logit_bias", bias if kind == "siglip" else 0.0)) if v is None]
+    source = "the model entry"
     if need:
-        path = folder / "model.safetensors"
-        if not path.is_file():
-            raise ModelLoadError(f"zero-shot needs {' and '.join(need)}: the folder has no model.safetensors to read "
-                                 "them from; set them in the model entry")
-        from safetensors import safe_open
+        found, source = _weights_scalars(folder, need)
+        if found is None:
+            why = source
+            found, source = _graph_scalars(folder)
+            why = f"{why}; {source}"
+        if found is None:
+            raise ModelLoadError(f"zero-shot needs {' and '.join(need)}: {why}; set them in the model entry")
+        scale = found["logit_scale"] if scale is None else scale
+        bias = found.get("logit_bias", 0.0) if bias is None else bias
+    return (float(scale if scale is not None else 0.0),
+            float(bias if bias is not None and kind == "siglip" else 0.0), source)
 
-        with safe_open(str(path), "numpy") as f:
-            names = set(f.keys())
-            missing = [n for n in need if n not in names]
-            if missing:
-                raise ModelLoadError(f"model.safetensors has no {', '.join(missing)}; set it in the model entry")
-            found = {n: float(np.asarray(f.get_tensor(n)).reshape(-1)[0]) for n in need}
-        scale = found.get("logit_scale", scale)
-        bias = found.get("logit_bias", bias)
-    return float(scale if scale is not None else 0.0), float(bias if bias is not None and kind == "siglip" else 0.0)
+
+def _weights_scalars(folder: Path, need: list[str]) -> tuple[dict[str, float] | None, str]:
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        return None, "the folder has no model.safetensors"
+    from safetensors import safe_open
+
+    with safe_open(str(path), "numpy") as f:
+        missing = [n for n in need if n not in set(f.keys())]
+        if missing:
+            return None, f"model.safetensors has no {', '.join(missing)}"
+        return {n: float(np.asarray(f.get_tensor(n)).reshape(-1)[0]) for n in need}, "model.safetensors"
+
+
+def _graph_scalars(folder: Path) -> tuple[dict[str, float] | None, str]:
+    """Both scalars from the first combined graph in the folder (root or onnx/): the `Mul` (and SigLIP's `Add`)
+    by a constant between its cosine MatMul and `logits_per_image`."""
+    paths = [p for name in COMBINED for p in (folder / name, folder / "onnx" / name) if p.is_file()]
+    if not paths:
+        return None, f"no combined graph ({', '.join(COMBINED[:2])}, ...) in the folder or its onnx/"
+    try:
+        graph = read_graph(paths[0])
+    except OnnxFileError as exc:
+        return None, str(exc)
+    found = graph_logit_params(graph)
+    if isinstance(found, str):
+        return None, f"{paths[0].relative_to(folder)}: {found}"
+    return {"logit_scale": found[0], "logit_bias": found[1]}, paths[0].relative_to(folder).as_posix()
+
+
+def graph_logit_params(graph: Graph) -> tuple[float, float] | str:
+    """(logit_scale, logit_bias) of a combined graph whose `logits_per_image` (or `logits_per_text`) is
+    `cos * exp(logit_scale) (+ logit_bias)`, as transformers' CLIPModel and SiglipModel export (the scale as an
+    initializer already raised, or `Exp` of one, through `Cast`s); else the reason."""
+    producer = graph.producer()
+    outputs = [o for o in ("logits_per_image", "logits_per_text") if o in producer]
+    if not outputs:
+        return "it has no logits_per_image output"
+    name: str = outputs[0]
+    bias = 0.0
+    for _ in range(16):
+        node = producer.get(name)
+        if node is None:
+            break
+        if node.op in _PASS and node.inputs:
+            name = node.inputs[0]
+            continue
+        if node.op not in ("Add", "Mul") or len(node.inputs) != 2:
+            break
+        values = [_constant(graph, producer, i) for i in node.inputs]
+        k = next((i for i, v in enumerate(values) if v is not None and v.size == 1), None)
+        if k is None:
+            break
+        c, name = float(np.asarray(values[k]).reshape(-1)[0]), node.inputs[1 - k]
+        if node.op == "Add":
+            bias += c
+            continue
+        return (math.log(c), bias) if c > 0 else "its logit scale is not positive"
+    return "its logits are not cos * exp(logit_scale) (+ logit_bias) by constants"
+
+
+def _constant(graph: Graph, producer: Mapping[str, Node], name: str, depth: int = 0) -> np.ndarray | None:
+    """The value of `name` where it is a constant: an initializer, a Constant node, or Exp / Cast / Reshape of one
+    (float64, so that log(exp(x)) gives x back)."""
+    if name in graph.constants:
+        return graph.constants[name].astype(np.float64)
+    node = producer.get(name)
+    if node is None or depth > 8:
+        return None
+    if node.op == "Constant":
+        return None if node.value is None else node.value.astype(np.float64)
+    if node.op in _VALUE_OPS + ("Exp",) and node.inputs:
+        value = _constant(graph, producer, node.inputs[0], depth + 1)
+        return np.exp(value) if value is not None and node.op == "Exp" else value
+    return None
 
 
 def unit(x: np.ndarray) -> np.ndarray:
