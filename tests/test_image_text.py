@@ -153,6 +153,40 @@ def test_inspect_and_recognition(shared_models):
         assert d["family"] == "siglip" and d["resample"] == "bilinear" and d["image_size"] == [224, 224]
 
 
+@pytest.mark.parametrize(("name", "style"), [("clip", "folded"), ("siglip", "exp_cast")])
+def test_zero_shot_of_a_xenova_repo_reads_the_combined_graph(shared_models, tmp_path, name, style):
+    """A folder in Xenova's layout (towers, a combined onnx/model.onnx, no model.safetensors) classifies as the
+    pipeline does; the only model of its config answers the Hugging Face task on `/`; inspect says where the
+    scalars came from."""
+    import httpx
+    from huggingface_hub import InferenceClient
+
+    import rsinfer_cli
+    from rsinfer_cli.config import parse_config
+
+    from serverutil import ServerThread
+    from synth import xenova_folder
+
+    folder, ref, _ = xenova_folder(shared_models / f"tiny-{name}", tmp_path / name, style)
+    with rsinfer_cli.load(folder) as model:
+        assert model.pipeline.describe()["zero_shot"].endswith("(from onnx/model.onnx)")
+    cfg = parse_config({"models": [{"name": name, "kind": "image_text", "path": str(folder)}]})
+    z = next(z for z in ref["zero_shot"] if z["template"] == "This is a photo of {}.")
+    im = next(x for x in ref["images"] if x["name"] == z["image"])
+    with ServerThread(cfg) as srv:
+        out = InferenceClient(model=srv.url).zero_shot_image_classification((folder / im["file"]).read_bytes(),
+                                                                          candidate_labels=z["labels"])
+        other = next(z for z in ref["zero_shot"] if z["template"] != "This is a photo of {}.")
+        oim = next(x for x in ref["images"] if x["name"] == other["image"])
+        got = httpx.post(srv.url + "/classify/zero-shot-image", timeout=60, json={
+            "image": _b64(shared_models, name, oim["file"]), "candidate_labels": other["labels"],
+            "hypothesis_template": other["template"]}).json()
+    assert [o.label for o in out] == [x["label"] for x in z["pipeline_output"]]
+    assert all(abs(o.score - x["score"]) <= TOL for o, x in zip(out, z["pipeline_output"], strict=True))
+    assert [x["label"] for x in got] == [x["label"] for x in other["pipeline_output"]]
+    assert all(abs(a["score"] - b["score"]) <= TOL for a, b in zip(got, other["pipeline_output"], strict=True))
+
+
 def test_jina_items_vllm_messages_and_cohere_images(server, shared_models):
     import cohere
     import httpx
@@ -321,3 +355,48 @@ def test_a_repo_downloads_and_caches_image_rows(shared_models, fake_hub, tmp_pat
         second = c.post("/v1/embeddings", json={"modality": "image", "input": [image]})
     assert (first.headers["x-rsinfer-cache"], second.headers["x-rsinfer-cache"]) == ("miss", "hit")
     assert first.json()["data"] == second.json()["data"]
+
+
+def test_a_xenova_repo_with_a_combined_graph_and_precisions(shared_models, fake_hub, tmp_path):
+    """A repo as Xenova ships CLIP: onnx/model.onnx (the combined graph) beside vision_ and text_model in two
+    precisions. `download` takes the towers, never the combined graph as the model; `--dtype int8` takes both
+    towers quantized; a folder serves the pair of the precision asked for."""
+    import subprocess
+    import sys
+
+    import rsinfer_cli
+    from rsinfer_cli.config import parse_config
+    from rsinfer_cli.engine.model import load_model
+    from rsinfer_cli.hub import ModelSource, layout_graph, paired_graph, resolve
+
+    from synth import combined_tail
+
+    src = shared_models / "tiny-siglip"
+    files = {str(f.relative_to(src)): f.read_bytes() for f in src.rglob("*") if f.is_file()
+             and f.name != "model.safetensors" and not f.name.startswith("reference") and "images" not in f.parts}
+    for tower in ("vision_model", "text_model"):
+        files[f"onnx/{tower}_quantized.onnx"] = files[f"onnx/{tower}.onnx"]
+    combined_tail(tmp_path / "combined.onnx", "siglip", 2.3, -1.5, "folded")
+    files["onnx/model.onnx"] = (tmp_path / "combined.onnx").read_bytes()
+    fake_hub.add("Xenova/tiny-siglip-q", files)
+    assert layout_graph(frozenset(files)) == "vision_model.onnx"
+    assert paired_graph("onnx/vision_model_quantized.onnx", "vision_model.onnx", "text_model.onnx") == \
+        "text_model_quantized.onnx"
+    assert paired_graph("onnx/custom.onnx", "vision_model.onnx", "text_model.onnx") == "text_model.onnx"
+    for dtype, want in (("auto", {"vision_model.onnx", "text_model.onnx"}),
+                        ("int8", {"vision_model_quantized.onnx", "text_model_quantized.onnx"})):
+        dest = tmp_path / dtype
+        proc = subprocess.run([sys.executable, "-m", "rsinfer_cli", "download", "Xenova/tiny-siglip-q", str(dest),
+                               "--dtype", dtype], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert {p.name for p in dest.rglob("*.onnx")} == want, dtype
+    folder = tmp_path / "auto"
+    resolved = resolve(ModelSource(path=str(src), dtype="int8", prefer="vision_model.onnx"))
+    assert resolved.graph_file == "onnx/vision_model.onnx"     # no quantized pair there: the plain one
+    cfg = parse_config({"models": [{"name": "q", "kind": "image_text", "hf": "Xenova/tiny-siglip-q",
+                                    "dtype": "int8"}]}).models[0]
+    model = load_model(cfg)
+    assert model.resolved.graph_file == "onnx/vision_model_quantized.onnx"
+    assert model.towers["text_model.onnx"].file == "text_model_quantized.onnx"
+    with rsinfer_cli.load(folder) as m:     # downloaded without the combined graph: zero-shot says how to get it
+        assert "set them in the model entry" in m.pipeline.describe()["zero_shot"]

@@ -249,10 +249,40 @@ def _tqdm_bridge(progress: Progress, name: str) -> type[Any]:
 
 
 def graph_candidates(dtype: str = "auto", file: str | None = None, prefer: str | None = None) -> list[str]:
-    """The graph preference order: `file` first, then the family's graph, the dtype's favourites, the default list."""
-    order = ([file] if file else []) + ([prefer] if prefer else []) + list(DTYPE_FIRST[normalize_dtype(dtype)]) + \
+    """The graph preference order: `file` first, then the family's graph in the dtype's precisions (CLIP's
+    vision_model_fp16.onnx for fp16), the dtype's favourites, the default list."""
+    favourites = list(DTYPE_FIRST[normalize_dtype(dtype)])
+    family = _variants(prefer, favourites) + [prefer] + _variants(prefer, DEFAULT_GRAPHS) if prefer else []
+    order = ([file] if file else []) + family + favourites + \
         list(DEFAULT_GRAPHS) + [f.graphs[0] for f in families.all_families() if f.graphs]   # a folder of any kind
     return list(dict.fromkeys(order))
+
+
+def _variants(graph: str, names: Any) -> list[str]:
+    """`graph` (vision_model.onnx) in the precisions `names` are (model_fp16.onnx → vision_model_fp16.onnx)."""
+    stem = graph.removesuffix(".onnx")
+    return [stem + n.removeprefix("model") for n in names if n.startswith("model")]
+
+
+def paired_graph(graph_file: str, main: str, other: str) -> str:
+    """The file of a family's second graph that goes with its main graph `graph_file`: the same precision suffix
+    (onnx/vision_model_quantized.onnx → text_model_quantized.onnx); the plain name where `graph_file` is not named
+    after `main`."""
+    name, stem = PurePosixPath(graph_file).name.removesuffix(".onnx"), main.removesuffix(".onnx")
+    suffix = name[len(stem):] if name.startswith(stem) else ""
+    return other.removesuffix(".onnx") + suffix + ".onnx"
+
+
+def layout_graph(files: frozenset[str], subfolder: str | None = None) -> str | None:
+    """The main graph of the several-graph family whose layout a repo's listing has (Xenova's CLIP: onnx/
+    vision_model*.onnx beside text_model*.onnx): its combined onnx/model.onnx must not be taken for the model."""
+    names = {PurePosixPath(f).name for f in files if PurePosixPath(f).parent.as_posix() in
+             {"", ".", "onnx", (subfolder or "").strip("/")}}
+    for f in families.all_families():
+        if f.graphs and all(any(n.startswith(g.removesuffix(".onnx")) and n.endswith(".onnx") for n in names)
+                            for g in f.graphs):
+            return f.graphs[0]
+    return None
 
 
 def _folders(subfolder: str | None) -> list[str]:
@@ -358,6 +388,16 @@ def _aux_files(main: _Files, spec: ModelSource, sources: list[tuple[_Files, str 
     return aux, aux_origin
 
 
+def _paired_aux(spec: ModelSource, graph: str, prefer: str) -> ModelSource:
+    """`spec` asking for the other graphs of `prefer`'s family in the precision of `graph`."""
+    import dataclasses
+
+    fam = next(f for f in families.all_families() if f.graphs and f.graphs[0] == prefer)
+    names = spec.aux_files if spec.aux_files is not None else families.aux_files()
+    return dataclasses.replace(spec, aux_files=tuple(paired_graph(graph, prefer, n) if n in fam.graphs[1:] else n
+                                                     for n in names))
+
+
 def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress | None = None) -> ResolvedModel:
     """Find (and fetch into the HF cache) the graph, its external data and the aux files of a model."""
     cache = cache_dir or hub_cache_dir()
@@ -380,7 +420,10 @@ def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress
         assert spec.hf is not None   # a source is a path or a repo
         main = _HubFiles(spec.hf, spec.revision, cache, progress)
         source = f"hf:{spec.hf}@{spec.revision}"
-    graph, why, candidates = pick_graph(main.files, spec.dtype, spec.file, spec.subfolder, spec.prefer)
+    prefer = spec.prefer or layout_graph(main.files, spec.subfolder)
+    graph, why, candidates = pick_graph(main.files, spec.dtype, spec.file, spec.subfolder, prefer)
+    if prefer:      # the family's other graphs in the main graph's precision
+        spec = _paired_aux(spec, graph, prefer)
     sources: list[tuple[_Files, str | None]] = [(main, spec.subfolder)]
     tok_src: _Files | None = None
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..config import ACCELERATOR_MAX_TOKENS, CPU_MAX_PADDING, CPU_MAX_TOKENS, ModelConfig, ServerConfig
 from ..errors import InferenceError, ModelLoadError
-from ..hub import ModelSource, Progress, ResolvedModel, resolve
+from ..hub import ModelSource, Progress, ResolvedModel, paired_graph, resolve
 from .session import (
     EpPlan,
     Feeds,
@@ -278,7 +278,8 @@ def load_model(cfg: ModelConfig, server: ServerConfig | None = None, cache_dir: 
     if cfg.kind == "tensor" and cfg.path and (Path(cfg.path).expanduser() / CONTRACT_FILE).is_file():
         cfg = agree_with_graph(cfg, Path(cfg.path).expanduser(), graph)
     _trial_forward(cfg.name, sessions + ([wide] if wide is not None else []), graph, family.trial(graph, aux))
-    towers = {name: _tower(cfg, resolved, name, plan, threads) for name in family.graphs[1:]}
+    towers = {name: _tower(cfg, resolved, paired_graph(resolved.graph_file, family.graphs[0], name), plan, threads)
+              for name in family.graphs[1:]}
     size = resolved.graph_path.stat().st_size + sum(
         (resolved.graph_path.parent / Path(rel).name).stat().st_size for rel in resolved.external_data)
     stats = {"file_bytes": size, "resolve_s": round(t_resolve, 3), "build_s": round(t_build, 3),

@@ -40,9 +40,11 @@ DEFAULT_TEMPLATE = "This is a photo of {}."        # transformers' zero-shot-ima
 class ImageTextOptions:
     """The image_text family's model keys."""
 
-    # zero-shot: exp(logit_scale) scales the cosines (null: model.safetensors' logit_scale)
+    # zero-shot: exp(logit_scale) scales the cosines (null: model.safetensors' logit_scale, else the one the repo's
+    # combined graph onnx/model.onnx scales its logits by)
     logit_scale: float | None = None
-    # zero-shot (SigLIP): added to the scaled cosines (null: model.safetensors' logit_bias)
+    # zero-shot (SigLIP): added to the scaled cosines (null: model.safetensors' logit_bias, else the combined
+    # graph's)
     logit_bias: float | None = None
     # zero-shot: the label's prompt ({} is the label); a request's `hypothesis_template` overrides
     zero_shot_template: str = DEFAULT_TEMPLATE
@@ -122,7 +124,8 @@ class ImageTextPipeline(Embedder):
         if self.image_output not in self.model.output_names:
             raise ModelLoadError(f"model '{name}': the vision graph has no output '{self.image_output}'", model=name)
         if self.text_output not in [o.name for o in text.outputs]:
-            raise ModelLoadError(f"model '{name}': {TEXT_TOWER} has no output '{self.text_output}'", model=name)
+            raise ModelLoadError(f"model '{name}': {self.model.towers[TEXT_TOWER].file} has no output "
+                                 f"'{self.text_output}'", model=name)
 
     def _width(self, output: str, graph: Any) -> int | None:
         info = graph.output(output)
@@ -131,11 +134,19 @@ class ImageTextPipeline(Embedder):
 
     def describe(self) -> dict[str, Any]:
         c = self.image_cfg
-        return {"kind": self.kind, "family": self.spec.kind, "dim": self.dim, "text_tower": TEXT_TOWER,
+        return {"kind": self.kind, "family": self.spec.kind, "dim": self.dim,
+                "text_tower": self.model.towers[TEXT_TOWER].file,
                 "text_positions": self.spec.max_len, "image_size": [c.height, c.width],
                 "resample": ip.RESAMPLE[c.resample].lower(),
                 "resize": f"shortest edge {c.shortest_edge}, center crop" if c.shortest_edge else "exact",
-                "zero_shot_template": self.template}
+                "zero_shot_template": self.template, "zero_shot": self._zero_shot_line()}
+
+    def _zero_shot_line(self) -> str:
+        got = self._logits
+        if isinstance(got, str):
+            return f"unavailable: {got}"
+        bias = f", logit_bias {got[1]:.6g}" if self.spec.kind == "siglip" else ""
+        return f"logit_scale {got[0]:.6g}{bias} (from {got[2]})"
 
     # ------------------------------------------------------------ rows
 
@@ -251,14 +262,15 @@ class ImageTextPipeline(Embedder):
     # ------------------------------------------------------------ zero-shot image classification
 
     @functools.cached_property
-    def _logits(self) -> tuple[float, float] | str:
-        """(logit_scale, logit_bias) from the entry or the weights, read once; the reason where neither has them."""
+    def _logits(self) -> tuple[float, float, str] | str:
+        """(logit_scale, logit_bias, source) from the entry, the weights or the combined graph, read once; the reason
+        where none has them."""
         from pathlib import Path
 
         folder = Path(self.model.resolved.graph_path).parent
         folder = folder.parent if folder.name == "onnx" else folder
         try:
-            return clip.logit_params(folder, self.spec.kind, self._given)
+            return clip.find_logit_params(folder, self.spec.kind, self._given)
         except ModelLoadError as exc:
             return exc.message
 
@@ -268,7 +280,7 @@ class ImageTextPipeline(Embedder):
         got = self._logits
         if isinstance(got, str):
             raise ModelLoadError(got, model=self.model.name)
-        return got
+        return got[0], got[1]
 
     def plan_zero_shot(self, images: Sequence[bytes | str], labels: Sequence[str], *, template: str | None = None,
                        param: str = "images") -> Work[ZeroShotResult]:
