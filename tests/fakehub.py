@@ -1,13 +1,15 @@
 """A small Hugging Face Hub stand-in on loopback, so the real huggingface_hub client code runs in tests.
 
 It speaks the three calls rsinfer's resolution makes: model info (`GET /api/models/{repo}/revision/{rev}`)
-and file metadata / download (`HEAD|GET /{repo}/resolve/{rev}/{path}`), with the Hub's error headers.
+and file metadata / download (`HEAD|GET /{repo}/resolve/{rev}/{path}`, byte ranges too), with the Hub's error
+headers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,6 +38,7 @@ class FakeHub:
     def __init__(self) -> None:
         self.repos: dict[str, FakeRepo] = {}
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, authorization)
+        self.ranges: list[tuple[str, int, int]] = []             # (file, first byte, last byte) of each range GET
         self._server: ThreadingHTTPServer | None = None
 
     def add(self, repo_id: str, files: dict[str, bytes], *, revisions: dict[str, dict[str, bytes]] | None = None,
@@ -108,6 +111,12 @@ class FakeHub:
                         return self._error(404, "EntryNotFound", f"{rel} does not exist", head)
                     body = files[rel]
                     etag = hashlib.sha1(body).hexdigest()
+                    got = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+                    if got and not head:     # the Hub answers byte ranges (huggingface_hub resumes with them)
+                        lo, hi = int(got[1]), min(int(got[2]), len(body) - 1)
+                        hub.ranges.append((rel, lo, hi))
+                        return self._send(206, body[lo:hi + 1], {"Content-Range": f"bytes {lo}-{hi}/{len(body)}",
+                                                                 "Content-Type": "application/octet-stream"})
                     return self._send(200, body, {"X-Repo-Commit": commit, "ETag": f'"{etag}"',
                                                   "Content-Type": "application/octet-stream"}, head)
                 return self._error(404, "NotFound", f"no route {path}", head)

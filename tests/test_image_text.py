@@ -357,26 +357,32 @@ def test_a_repo_downloads_and_caches_image_rows(shared_models, fake_hub, tmp_pat
     assert first.json()["data"] == second.json()["data"]
 
 
-def test_a_xenova_repo_with_a_combined_graph_and_precisions(shared_models, fake_hub, tmp_path):
+def test_a_xenova_repo_with_a_combined_graph_and_precisions(shared_models, fake_hub, tmp_path, monkeypatch):
     """A repo as Xenova ships CLIP: onnx/model.onnx (the combined graph) beside vision_ and text_model in two
-    precisions. `download` takes the towers, never the combined graph as the model; `--dtype int8` takes both
-    towers quantized; a folder serves the pair of the precision asked for."""
+    precisions, no model.safetensors. `download` takes the towers, never the combined graph as the model or whole:
+    its nodes and small constants are read by byte ranges (kept as model.onnx.constants.json), so zero-shot works
+    from the Hub and offline; `--dtype int8` takes both towers quantized."""
     import subprocess
     import sys
+
+    import httpx
 
     import rsinfer_cli
     from rsinfer_cli.config import parse_config
     from rsinfer_cli.engine.model import load_model
     from rsinfer_cli.hub import ModelSource, layout_graph, paired_graph, resolve
 
+    from serverutil import ServerThread
     from synth import combined_tail
 
     src = shared_models / "tiny-siglip"
+    ref = _ref(shared_models, "siglip")
     files = {str(f.relative_to(src)): f.read_bytes() for f in src.rglob("*") if f.is_file()
              and f.name != "model.safetensors" and not f.name.startswith("reference") and "images" not in f.parts}
     for tower in ("vision_model", "text_model"):
         files[f"onnx/{tower}_quantized.onnx"] = files[f"onnx/{tower}.onnx"]
-    combined_tail(tmp_path / "combined.onnx", "siglip", 2.3, -1.5, "folded")
+    combined_tail(tmp_path / "combined.onnx", "siglip", ref["settings"]["logit_scale"],
+                  ref["settings"]["logit_bias"], "exp_cast")
     files["onnx/model.onnx"] = (tmp_path / "combined.onnx").read_bytes()
     fake_hub.add("Xenova/tiny-siglip-q", files)
     assert layout_graph(frozenset(files)) == "vision_model.onnx"
@@ -390,7 +396,9 @@ def test_a_xenova_repo_with_a_combined_graph_and_precisions(shared_models, fake_
                                "--dtype", dtype], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         assert {p.name for p in dest.rglob("*.onnx")} == want, dtype
-    folder = tmp_path / "auto"
+        assert (dest / "model.onnx.constants.json").is_file()
+    whole = [r for r in fake_hub.requests if r[0] == "GET" and r[1].endswith("onnx/model.onnx")]
+    assert len(whole) == len([r for r in fake_hub.ranges if r[0] == "onnx/model.onnx"]) > 0   # ranges only, once
     resolved = resolve(ModelSource(path=str(src), dtype="int8", prefer="vision_model.onnx"))
     assert resolved.graph_file == "onnx/vision_model.onnx"     # no quantized pair there: the plain one
     cfg = parse_config({"models": [{"name": "q", "kind": "image_text", "hf": "Xenova/tiny-siglip-q",
@@ -398,5 +406,18 @@ def test_a_xenova_repo_with_a_combined_graph_and_precisions(shared_models, fake_
     model = load_model(cfg)
     assert model.resolved.graph_file == "onnx/vision_model_quantized.onnx"
     assert model.towers["text_model.onnx"].file == "text_model_quantized.onnx"
-    with rsinfer_cli.load(folder) as m:     # downloaded without the combined graph: zero-shot says how to get it
-        assert "set them in the model entry" in m.pipeline.describe()["zero_shot"]
+    with rsinfer_cli.load(tmp_path / "auto") as m:
+        assert m.pipeline.describe()["zero_shot"].endswith("(from model.onnx.constants.json)")
+    z = ref["zero_shot"][0]
+    im = next(x for x in ref["images"] if x["name"] == z["image"])
+    body = {"model": "sig", "image": _b64(shared_models, "siglip", im["file"]), "candidate_labels": z["labels"],
+            "hypothesis_template": z["template"]}
+    fake_hub.stop()                                     # the Hub gone: the cache answers, constants included
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = parse_config({"models": [{"name": "sig", "kind": "image_text", "hf": "Xenova/tiny-siglip-q"}]})
+    with ServerThread(cfg) as srv:
+        r = httpx.post(srv.url + "/classify/zero-shot-image", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert [x["label"] for x in got] == [x["label"] for x in z["pipeline_output"]]
+    assert all(abs(a["score"] - b["score"]) <= TOL for a, b in zip(got, z["pipeline_output"], strict=True))

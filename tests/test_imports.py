@@ -39,7 +39,7 @@ def import_graph() -> dict[str, set[str]]:
 
 # the floors, lowest first: a module imports its own floor's and lower floors' modules only (within a floor, any)
 FLOORS = (
-    ("rsinfer_cli.errors", "rsinfer_cli.jsonio", "rsinfer_cli.wire"),
+    ("rsinfer_cli.errors", "rsinfer_cli.jsonio", "rsinfer_cli.wire", "rsinfer_cli.onnxfile"),
     ("rsinfer_cli.families",),
     ("rsinfer_cli.config",),
     ("rsinfer_cli.hub",),

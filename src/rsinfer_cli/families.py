@@ -157,6 +157,9 @@ class Family:
     graphs: tuple[str, ...] = ()      # a model of several graphs (CLIP's vision and text towers): the first is the
                                       # main graph the queue runs (preferred over model.onnx), the others towers the
                                       # engine loads beside it with the same lanes (LoadedModel.tower)
+    constant_graphs: tuple[str, ...] = ()   # graphs of its repos it reads small constants of, first found wins
+                                      # (CLIP's combined graph: zero-shot's logit_scale): from a Hub repo read by
+                                      # byte ranges, never downloaded, kept as aux `<name>.constants.json`
 
     # ------------------------------------------------------------ the parts, imported now and typed
 
@@ -388,6 +391,8 @@ register(Family(kind="image_text", summary="CLIP and SigLIP: image and text vect
                 recognise="rsinfer_cli.pipelines.image_text:recognise", priority=11,
                 hf_task="rsinfer_cli.server.routes.image_text:hf_task", info_type="embedding", serves=("embedding",),
                 graphs=("vision_model.onnx", "text_model.onnx"), aux_files=("preprocessor_config.json",),
+                constant_graphs=("model.onnx", "model_quantized.onnx", "model_int8.onnx", "model_uint8.onnx",
+                                 "model_q4.onnx", "model_bnb4.onnx", "model_q4f16.onnx", "model_fp16.onnx"),
                 trial_feeds="rsinfer_cli.pipelines.image_text:trial_feeds"))
 register(Family(kind="tensor", summary="any ONNX graph as named tensors (KServe v2 REST and gRPC, /infer, /batch)",
                 pipeline="rsinfer_cli.pipelines.tensor:TensorPipeline",

@@ -188,6 +188,55 @@ class _HubFiles(_Files):
                     type(exc).__name__)
         self._from_cache(f"the Hub is unreachable ({type(exc).__name__}: {exc})")
 
+    def constants(self, rel: str) -> Path | None:
+        """The nodes and small constants of graph `rel` (onnxfile.Graph as JSON), read by byte ranges once per
+        commit and kept beside the HF cache; None where they cannot be had (offline and not kept, no ranges)."""
+        from huggingface_hub.file_download import repo_folder_name
+
+        from .onnxfile import OnnxFileError, RangeBytes, read_graph_from
+
+        out = (self.cache_dir.parent / "rsinfer-constants" / repo_folder_name(repo_id=self.repo, repo_type="model")
+               / str(self.commit) / (rel + ".json"))
+        if out.is_file() or self.snapshot is not None:
+            return out if out.is_file() else None
+        try:
+            size, fetch = self._ranges(rel)
+            graph = read_graph_from(RangeBytes(size, fetch))
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(graph.to_json()), encoding="utf-8")
+            tmp.replace(out)
+        except (OnnxFileError, OSError, HubError) as exc:
+            log.warning("cannot read the constants of %s in '%s': %s", rel, self.repo, exc)
+            return None
+        return out
+
+    def _ranges(self, rel: str) -> tuple[int, Any]:
+        """(size, fetch(start, end) → bytes) of file `rel` over HTTP range requests."""
+        import huggingface_hub as hh
+        from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # documented, re-exported
+
+        url = hh.hf_hub_url(self.repo, rel, revision=self.commit, endpoint=self.endpoint)
+        headers = build_hf_headers(token=self.token)
+        try:
+            size = hh.get_hf_file_metadata(url, token=self.token).size
+        except Exception as exc:  # noqa: BLE001
+            raise HubError(f"no size for {rel}: {exc}") from exc
+        if not size:
+            raise HubError(f"no size for {rel}")
+
+        def fetch(start: int, end: int) -> bytes:
+            try:
+                r = hh.get_session().get(url, headers={**headers, "Range": f"bytes={start}-{end - 1}"},
+                                      follow_redirects=True, timeout=30)
+            except Exception as exc:  # noqa: BLE001 - the network's errors, whatever the client
+                raise HubError(f"range request: {exc}") from exc
+            if r.status_code != 206:
+                raise HubError(f"the Hub answered {r.status_code} to a range request")
+            return bytes(r.content)
+
+        return int(size), fetch
+
     def fetch(self, rel: str) -> Path:
         if self.snapshot is not None:
             return self.snapshot / rel
@@ -398,6 +447,27 @@ def _paired_aux(spec: ModelSource, graph: str, prefer: str) -> ModelSource:
                                                      for n in names))
 
 
+def _constant_graphs(main: _Files, subfolder: str | None, prefer: str | None, aux: dict[str, Path],
+                     aux_origin: dict[str, str]) -> None:
+    """The constants of the first of its family's constant_graphs a Hub repo has, as aux `<name>.constants.json`
+    (a local folder's graph is read where it lies)."""
+    fam = next((f for f in families.all_families() if prefer and f.graphs and f.graphs[0] == prefer), None)
+    if fam is None or not isinstance(main, _HubFiles):
+        return
+    for name in fam.constant_graphs:
+        hit = _find_aux(name, [(main, subfolder)])
+        # offline, the snapshot lists what was downloaded: the constants kept of a graph never downloaded count
+        rels = [hit[1]] if hit else [] if main.snapshot is None else [_join(f, name) for f in _folders(subfolder)]
+        for rel in rels:
+            path = main.constants(_safe_rel(rel))
+            if path is not None:
+                aux[name + ".constants.json"] = path
+                aux_origin[name + ".constants.json"] = f"{main.label}:{rel} (nodes and small constants)"
+                return
+        if hit:
+            return
+
+
 def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress | None = None) -> ResolvedModel:
     """Find (and fetch into the HF cache) the graph, its external data and the aux files of a model."""
     cache = cache_dir or hub_cache_dir()
@@ -436,6 +506,7 @@ def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress
         return tok_src
 
     aux, aux_origin = _aux_files(main, spec, sources, tokenizer_source)
+    _constant_graphs(main, spec.subfolder, prefer, aux, aux_origin)
     if "tokenizer.json" not in aux and spec.needs_tokenizer:
         extra = f" nor in '{spec.tokenizer_hf}'" if spec.tokenizer_hf else ""
         raise HubError(f"tokenizer.json not found in {main.label} (root, "

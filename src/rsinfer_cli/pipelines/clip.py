@@ -14,6 +14,7 @@ make them, the towers' outputs, and zero-shot image classification as transforme
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelLoadError
-from .onnxconst import Graph, Node, OnnxFileError, read_graph
+from ..onnxfile import Graph, Node, OnnxFileError, read_graph
 
 KINDS = {"clip": "clip", "siglip": "siglip", "siglip2": "siglip"}
 OUTPUTS = {"clip": ("text_embeds", "image_embeds"), "siglip": ("pooler_output", "pooler_output")}
@@ -76,20 +77,21 @@ def text_rows(tokenizer: Any, spec: TextSpec, texts: Sequence[str]) -> np.ndarra
     return out
 
 
-COMBINED = ("model.onnx", "model_quantized.onnx", "model_int8.onnx", "model_uint8.onnx", "model_q4.onnx",
-            "model_bnb4.onnx", "model_q4f16.onnx", "model_fp16.onnx")   # full-precision scalars first
 _PASS = ("Transpose", "Identity", "Cast")                  # ops between the scaled logits and the outputs
 _VALUE_OPS = ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze")
 
 
-def logit_params(folder: Path, kind: str, given: Mapping[str, float | None]) -> tuple[float, float]:
+def logit_params(folder: Path, kind: str, given: Mapping[str, float | None],
+                 extra: Mapping[str, Path] | None = None) -> tuple[float, float]:
     """(logit_scale, logit_bias): the model entry's, else the weights' (model.safetensors, read tensor by tensor),
-    else the repo's combined graph's (onnx/model.onnx in Xenova's layout). CLIP has no bias (0)."""
-    scale, bias, _ = find_logit_params(folder, kind, given)
+    else the repo's combined graph's (onnx/model.onnx in Xenova's layout, or what the Hub's copy of it was read as:
+    `extra`'s `<name>.constants.json`). CLIP has no bias (0)."""
+    scale, bias, _ = find_logit_params(folder, kind, given, extra)
     return scale, bias
 
 
-def find_logit_params(folder: Path, kind: str, given: Mapping[str, float | None]) -> tuple[float, float, str]:
+def find_logit_params(folder: Path, kind: str, given: Mapping[str, float | None],
+                      extra: Mapping[str, Path] | None = None) -> tuple[float, float, str]:
     """logit_params and where they came from ("the model entry", "model.safetensors" or the graph's file); a
     ModelLoadError naming every place looked in where none has them."""
     scale, bias = given.get("logit_scale"), given.get("logit_bias")
@@ -99,7 +101,7 @@ def find_logit_params(folder: Path, kind: str, given: Mapping[str, float | None]
         found, source = _weights_scalars(folder, need)
         if found is None:
             why = source
-            found, source = _graph_scalars(folder)
+            found, source = _graph_scalars(folder, extra or {})
             why = f"{why}; {source}"
         if found is None:
             raise ModelLoadError(f"zero-shot needs {' and '.join(need)}: {why}; set them in the model entry")
@@ -122,20 +124,33 @@ def _weights_scalars(folder: Path, need: list[str]) -> tuple[dict[str, float] | 
         return {n: float(np.asarray(f.get_tensor(n)).reshape(-1)[0]) for n in need}, "model.safetensors"
 
 
-def _graph_scalars(folder: Path) -> tuple[dict[str, float] | None, str]:
-    """Both scalars from the first combined graph in the folder (root or onnx/): the `Mul` (and SigLIP's `Add`)
-    by a constant between its cosine MatMul and `logits_per_image`."""
-    paths = [p for name in COMBINED for p in (folder / name, folder / "onnx" / name) if p.is_file()]
-    if not paths:
-        return None, f"no combined graph ({', '.join(COMBINED[:2])}, ...) in the folder or its onnx/"
+def combined_graphs() -> tuple[str, ...]:
+    """The combined graphs a repo may carry, full precision first (the image_text family's constant_graphs)."""
+    from .. import families
+
+    return families.get("image_text").constant_graphs
+
+
+def _graph_scalars(folder: Path, extra: Mapping[str, Path]) -> tuple[dict[str, float] | None, str]:
+    """Both scalars from the first combined graph in the folder (root or onnx/), or its constants as read off the
+    Hub: the `Mul` (and SigLIP's `Add`) by a constant between its cosine MatMul and `logits_per_image`."""
+    names = combined_graphs()
+    found = [(p, p.relative_to(folder).as_posix(), False) for name in names
+             for p in (folder / name, folder / "onnx" / name) if p.is_file()]
+    found += [(p, p.relative_to(folder).as_posix(), True) for name in names
+              for p in (folder / f"{name}.constants.json", folder / "onnx" / f"{name}.constants.json") if p.is_file()]
+    found += [(extra[k], k, True) for name in names if (k := f"{name}.constants.json") in extra]
+    if not found:
+        return None, f"no combined graph ({', '.join(names[:2])}, ...) in the folder or its onnx/"
+    path, rel, is_json = found[0]
     try:
-        graph = read_graph(paths[0])
-    except OnnxFileError as exc:
-        return None, str(exc)
-    found = graph_logit_params(graph)
-    if isinstance(found, str):
-        return None, f"{paths[0].relative_to(folder)}: {found}"
-    return {"logit_scale": found[0], "logit_bias": found[1]}, paths[0].relative_to(folder).as_posix()
+        graph = Graph.from_json(json.loads(path.read_text(encoding="utf-8"))) if is_json else read_graph(path)
+    except (OnnxFileError, OSError, ValueError) as exc:
+        return None, f"{rel}: {exc}"
+    got = graph_logit_params(graph)
+    if isinstance(got, str):
+        return None, f"{rel}: {got}"
+    return {"logit_scale": got[0], "logit_bias": got[1]}, rel
 
 
 def graph_logit_params(graph: Graph) -> tuple[float, float] | str:

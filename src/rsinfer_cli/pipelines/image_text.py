@@ -270,7 +270,7 @@ class ImageTextPipeline(Embedder):
         folder = Path(self.model.resolved.graph_path).parent
         folder = folder.parent if folder.name == "onnx" else folder
         try:
-            return clip.find_logit_params(folder, self.spec.kind, self._given)
+            return clip.find_logit_params(folder, self.spec.kind, self._given, self.model.resolved.aux)
         except ModelLoadError as exc:
             return exc.message
 

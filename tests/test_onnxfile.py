@@ -3,6 +3,8 @@ them, with weights skipped."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,7 @@ onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from rsinfer_cli.pipelines import onnxconst  # noqa: E402
+from rsinfer_cli import onnxfile as onnxconst  # noqa: E402
 
 
 def _model(path, inits, nodes):
@@ -53,3 +55,33 @@ def test_not_an_onnx_file(tmp_path, data):
         onnxconst.read_graph(tmp_path / "bad.onnx")
     with pytest.raises(onnxconst.OnnxFileError, match="nope.onnx: "):
         onnxconst.read_graph(tmp_path / "nope.onnx")
+
+
+def test_by_ranges_the_same_graph_without_the_weights(tmp_path):
+    """A file read by byte ranges gives the graph the file gives, in few requests that skip the weights; its JSON
+    form gives it back."""
+    inits = [numpy_helper.from_array(np.full((512, 512), i, np.float32), f"w{i}") for i in range(6)]
+    inits += [numpy_helper.from_array(np.array(1.5 + i, np.float32), f"s{i}") for i in range(6)]
+    nodes = [helper.make_node("Add", ["x", "s0"], ["y"])]
+    _model(tmp_path / "m.onnx", inits, nodes)
+    data = (tmp_path / "m.onnx").read_bytes()
+    read: list[tuple[int, int]] = []
+
+    def fetch(start, end):
+        read.append((start, end))
+        return data[start:end]
+
+    ranges = onnxconst.RangeBytes(len(data), fetch)
+    graph = onnxconst.read_graph_from(ranges)
+    want = onnxconst.read_graph(tmp_path / "m.onnx")
+    assert graph.to_json() == want.to_json() and set(graph.constants) == {f"s{i}" for i in range(6)}
+    assert ranges.requests == len(read) <= 12
+    assert sum(e - s for s, e in read) < len(data) / 4        # 6 MB of weights, not transferred
+    back = onnxconst.Graph.from_json(json.loads(json.dumps(graph.to_json())))
+    assert back.to_json() == graph.to_json() and back.constants["s3"].dtype == np.float32
+    with pytest.raises(onnxconst.OnnxFileError, match="returned"):
+        onnxconst.read_graph_from(onnxconst.RangeBytes(len(data), lambda s, e: data[s:e - 1]))
+    with pytest.raises(onnxconst.OnnxFileError, match="more than 2 range requests"):
+        onnxconst.read_graph_from(onnxconst.RangeBytes(len(data), fetch, max_requests=2))
+    with pytest.raises(onnxconst.OnnxFileError, match="not a graph's constants"):
+        onnxconst.Graph.from_json({"nodes": [["Add"]], "constants": {}})

@@ -11,8 +11,10 @@ are onnx.proto's.
 from __future__ import annotations
 
 import mmap
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,6 +29,14 @@ _TENSOR_INT64S, _TENSOR_NAME, _TENSOR_RAW, _TENSOR_DOUBLES, _TENSOR_LOCATION = 7
 # TensorProto.DataType → numpy, for the types a constant scalar comes in
 DTYPES = {1: "<f4", 10: "<f2", 11: "<f8", 6: "<i4", 7: "<i8"}
 SMALL = 64          # a constant wider than this many bytes is not read (weights are skipped, never decoded)
+
+
+class Buf(Protocol):
+    """What the reader indexes: bytes, a memoryview of a mapped file, RangeBytes."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, key: Any, /) -> Any: ...
 
 
 class OnnxFileError(ValueError):
@@ -51,8 +61,84 @@ class Graph:
     def producer(self) -> dict[str, Node]:
         return {out: n for n in self.nodes for out in n.outputs}
 
+    def to_json(self) -> dict[str, Any]:
+        return {"nodes": [[n.op, n.inputs, n.outputs, _array_json(n.value)] for n in self.nodes],
+                "constants": {k: _array_json(v) for k, v in self.constants.items()}}
 
-def _varint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
+    @classmethod
+    def from_json(cls, data: Any) -> Graph:
+        """The graph `to_json` wrote (OnnxFileError where `data` is not one)."""
+        try:
+            nodes = [Node(str(op), [str(i) for i in ins], [str(o) for o in outs], _array_of(value))
+                     for op, ins, outs, value in data["nodes"]]
+            constants = {str(k): _array_of(v) for k, v in data["constants"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise OnnxFileError(f"not a graph's constants ({type(exc).__name__}: {exc})") from None
+        return cls(nodes, {k: v for k, v in constants.items() if v is not None})
+
+
+def _array_json(value: np.ndarray | None) -> Any:
+    if value is None:
+        return None
+    return {"dtype": value.dtype.str, "shape": list(value.shape), "data": value.reshape(-1).tolist()}
+
+
+def _array_of(data: Any) -> np.ndarray | None:
+    if data is None:
+        return None
+    if data["dtype"] not in DTYPES.values():
+        raise ValueError(f"dtype {data['dtype']!r}")
+    out: np.ndarray = np.asarray(data["data"], dtype=data["dtype"]).reshape(data["shape"])
+    return out
+
+
+class RangeBytes:
+    """A remote file as the reader indexes it: `fetch(start, end)` returns bytes [start, end) (one range request).
+    Reads are cached by block; a block that continues the last one doubles its size (a run of nodes is read in a
+    few requests), a jump past a weight starts again at 64 KiB (a weight's header needs tens of bytes)."""
+
+    FIRST, LARGEST = 1 << 16, 1 << 22
+
+    def __init__(self, size: int, fetch: Callable[[int, int], bytes], max_requests: int = 4096) -> None:
+        self.size, self.fetch, self.max_requests = size, fetch, max_requests
+        self.blocks: list[tuple[int, bytes]] = []      # (start, data), the latest last
+        self.requests = 0
+        self._next = self.FIRST
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _block(self, pos: int) -> tuple[int, bytes]:
+        for start, data in reversed(self.blocks[-8:]):
+            if start <= pos < start + len(data):
+                return start, data
+        if self.requests >= self.max_requests:
+            raise OnnxFileError(f"more than {self.max_requests} range requests")
+        last = self.blocks[-1] if self.blocks else None
+        self._next = min(self._next * 2, self.LARGEST) if last and last[0] + len(last[1]) == pos else self.FIRST
+        end = min(self.size, pos + self._next)
+        data = self.fetch(pos, end)
+        self.requests += 1
+        if len(data) != end - pos:
+            raise OnnxFileError(f"a range request for bytes {pos}-{end} returned {len(data)}")
+        self.blocks = [*self.blocks[-7:], (pos, data)]
+        return pos, data
+
+    def __getitem__(self, key: int | slice) -> Any:
+        if isinstance(key, int):
+            start, data = self._block(key)
+            return data[key - start]
+        lo, hi = key.start or 0, min(key.stop if key.stop is not None else self.size, self.size)
+        out = bytearray()
+        while lo < hi:
+            start, data = self._block(lo)
+            piece = data[lo - start:hi - start]
+            out += piece
+            lo += len(piece)
+        return bytes(out)
+
+
+def _varint(buf: Buf, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if pos >= len(buf) or shift > 63:
@@ -65,39 +151,39 @@ def _varint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf: memoryview, start: int, end: int) -> list[tuple[int, int, int, int]]:
+def _fields(buf: Buf, start: int, end: int) -> list[tuple[int, int, int, int]]:
     """(field number, wire type, value or offset, length) of each field of the message at buf[start:end]; a
     length-delimited field's value is its offset, a varint's its value."""
-    out = []
+    return list(_each_field(buf, start, end))
+
+
+def _each_field(buf: Buf, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """_fields one by one, each read when the previous one has been used (a remote file is walked in order)."""
     pos = start
     while pos < end:
         tag, pos = _varint(buf, pos)
         num, wire = tag >> 3, tag & 7
         if wire == 0:
             value, pos = _varint(buf, pos)
-            out.append((num, wire, value, 0))
-        elif wire == 2:
-            n, pos = _varint(buf, pos)
-            if pos + n > end:
-                raise OnnxFileError(f"field {num} at byte {pos} runs past its message")
-            out.append((num, wire, pos, n))
-            pos += n
-        elif wire in (1, 5):
-            n = 8 if wire == 1 else 4
-            out.append((num, wire, pos, n))
-            pos += n
-        else:
+            yield num, wire, value, 0
+            continue
+        if wire not in (1, 2, 5):
             raise OnnxFileError(f"wire type {wire} at byte {pos} is not ONNX's")
-    if pos != end:
-        raise OnnxFileError(f"a message ends at byte {pos}, past its length")
-    return out
+        if wire == 2:
+            n, pos = _varint(buf, pos)
+        else:
+            n = 8 if wire == 1 else 4
+        if pos + n > end:
+            raise OnnxFileError(f"field {num} at byte {pos} runs past its message")
+        yield num, wire, pos, n
+        pos += n
 
 
-def _text(buf: memoryview, off: int, n: int) -> str:
+def _text(buf: Buf, off: int, n: int) -> str:
     return bytes(buf[off:off + n]).decode("utf-8", "replace")
 
 
-def _tensor(buf: memoryview, start: int, end: int) -> tuple[str, np.ndarray | None]:
+def _tensor(buf: Buf, start: int, end: int) -> tuple[str, np.ndarray | None]:
     """(name, value) of a TensorProto; the value is None where it is wide, external or of another type."""
     name, dtype, dims, location = "", 0, [], 0
     data: tuple[int, int, int] | None = None        # (field, offset, length)
@@ -118,7 +204,7 @@ def _tensor(buf: memoryview, start: int, end: int) -> tuple[str, np.ndarray | No
     return name, _decode(buf, data, DTYPES[dtype], count, dims)
 
 
-def _packed_varints(buf: memoryview, off: int, n: int) -> list[int]:
+def _packed_varints(buf: Buf, off: int, n: int) -> list[int]:
     out, pos = [], off
     while pos < off + n:
         v, pos = _varint(buf, pos)
@@ -126,7 +212,7 @@ def _packed_varints(buf: memoryview, off: int, n: int) -> list[int]:
     return out
 
 
-def _decode(buf: memoryview, data: tuple[int, int, int], dtype: str, count: int, dims: list[int]) -> np.ndarray | None:
+def _decode(buf: Buf, data: tuple[int, int, int], dtype: str, count: int, dims: list[int]) -> np.ndarray | None:
     num, off, n = data
     if num == _TENSOR_RAW:
         arr = np.frombuffer(bytes(buf[off:off + n]), dtype=dtype)
@@ -142,7 +228,7 @@ def _decode(buf: memoryview, data: tuple[int, int, int], dtype: str, count: int,
     return arr.reshape(dims)
 
 
-def _node(buf: memoryview, start: int, end: int) -> Node:
+def _node(buf: Buf, start: int, end: int) -> Node:
     node = Node(op="")
     for num, _wire, v, n in _fields(buf, start, end):
         if num == _NODE_INPUT:
@@ -156,7 +242,7 @@ def _node(buf: memoryview, start: int, end: int) -> Node:
     return node
 
 
-def _attribute(buf: memoryview, start: int, length: int, node: Node) -> None:
+def _attribute(buf: Buf, start: int, length: int, node: Node) -> None:
     """A Constant node's `value` (a tensor) or `value_float`, kept as its value."""
     fields = _fields(buf, start, start + length)
     name = next((_text(buf, v, n) for num, _w, v, n in fields if num == _ATTR_NAME), "")
@@ -180,13 +266,19 @@ def read_graph(path: Path) -> Graph:
         raise OnnxFileError(f"{path.name}: {exc}") from None
 
 
-def _graph(buf: memoryview) -> Graph:
-    graphs = [(v, n) for num, wire, v, n in _fields(buf, 0, len(buf)) if num == _MODEL_GRAPH and wire == 2]
-    if not graphs:
+def read_graph_from(buf: Buf) -> Graph:
+    """The top-level graph of an ONNX file held by `buf` (bytes, a memoryview or RangeBytes)."""
+    return _graph(buf)
+
+
+def _graph(buf: Buf) -> Graph:
+    found = next(((v, n) for num, wire, v, n in _each_field(buf, 0, len(buf)) if num == _MODEL_GRAPH and wire == 2),
+                 None)
+    if found is None:
         raise OnnxFileError("no graph in the file")
-    start, n = graphs[0]
+    start, n = found
     nodes, constants = [], {}
-    for num, wire, v, ln in _fields(buf, start, start + n):
+    for num, wire, v, ln in _each_field(buf, start, start + n):
         if wire != 2:
             continue
         if num == _GRAPH_NODE:
