@@ -12,7 +12,7 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
@@ -437,21 +437,23 @@ def _aux_files(main: _Files, spec: ModelSource, sources: list[tuple[_Files, str 
     return aux, aux_origin
 
 
-def _paired_aux(spec: ModelSource, graph: str, prefer: str) -> ModelSource:
-    """`spec` asking for the other graphs of `prefer`'s family in the precision of `graph`."""
-    import dataclasses
+def _family_of(main_graph: str | None) -> families.Family | None:
+    """The several-graph family whose main graph is `main_graph`."""
+    return next((f for f in families.all_families() if main_graph and f.graphs and f.graphs[0] == main_graph), None)
 
-    fam = next(f for f in families.all_families() if f.graphs and f.graphs[0] == prefer)
+
+def _paired_aux(spec: ModelSource, graph: str, fam: families.Family) -> ModelSource:
+    """`spec` asking for the other graphs of `fam` in the precision of `graph`."""
+    prefer = fam.graphs[0]
     names = spec.aux_files if spec.aux_files is not None else families.aux_files()
-    return dataclasses.replace(spec, aux_files=tuple(paired_graph(graph, prefer, n) if n in fam.graphs[1:] else n
+    return replace(spec, aux_files=tuple(paired_graph(graph, prefer, n) if n in fam.graphs[1:] else n
                                                      for n in names))
 
 
-def _constant_graphs(main: _Files, subfolder: str | None, prefer: str | None, aux: dict[str, Path],
+def _constant_graphs(main: _Files, subfolder: str | None, fam: families.Family | None, aux: dict[str, Path],
                      aux_origin: dict[str, str]) -> None:
-    """The constants of the first of its family's constant_graphs a Hub repo has, as aux `<name>.constants.json`
-    (a local folder's graph is read where it lies)."""
-    fam = next((f for f in families.all_families() if prefer and f.graphs and f.graphs[0] == prefer), None)
+    """The constants of the first of `fam`'s constant_graphs a Hub repo has, as aux `<name>.constants.json` (a
+    local folder's graph is read where it lies)."""
     if fam is None or not isinstance(main, _HubFiles):
         return
     for name in fam.constant_graphs:
@@ -492,8 +494,9 @@ def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress
         source = f"hf:{spec.hf}@{spec.revision}"
     prefer = spec.prefer or layout_graph(main.files, spec.subfolder)
     graph, why, candidates = pick_graph(main.files, spec.dtype, spec.file, spec.subfolder, prefer)
-    if prefer:      # the family's other graphs in the main graph's precision
-        spec = _paired_aux(spec, graph, prefer)
+    fam = _family_of(prefer)
+    if fam is not None:      # the family's other graphs in the main graph's precision
+        spec = _paired_aux(spec, graph, fam)
     sources: list[tuple[_Files, str | None]] = [(main, spec.subfolder)]
     tok_src: _Files | None = None
 
@@ -506,7 +509,7 @@ def resolve(spec: ModelSource, cache_dir: Path | None = None, progress: Progress
         return tok_src
 
     aux, aux_origin = _aux_files(main, spec, sources, tokenizer_source)
-    _constant_graphs(main, spec.subfolder, prefer, aux, aux_origin)
+    _constant_graphs(main, spec.subfolder, fam, aux, aux_origin)
     if "tokenizer.json" not in aux and spec.needs_tokenizer:
         extra = f" nor in '{spec.tokenizer_hf}'" if spec.tokenizer_hf else ""
         raise HubError(f"tokenizer.json not found in {main.label} (root, "
